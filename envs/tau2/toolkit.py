@@ -1,0 +1,174 @@
+"""A τ² toolkit: a mutable database plus the named functions that read and change it.
+
+Each domain subclasses ``Toolkit`` and marks its methods with ``@tool`` (exposed to an LLM,
+in the domain's exposure order) or ``@helper`` (initialisation helpers and assertion
+functions that tasks call by name but no LLM sees). Databases are plain JSON-native
+dicts in canonical form (dates as strings, enums as their values, optional fields present
+as ``None``), so the state fingerprint is one ``json.dumps`` and a fresh copy is one
+``json.loads``.
+
+Tools signal failures by raising; the environment turns the exception text into a
+τ²-style ``Error: ...`` tool message (spec README §2).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from envs.base import Tool, ToolError
+
+_CALC_CHARS = set("0123456789+-*/(). ")
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """What ``@tool`` records about a method: its type and its LLM-facing schema."""
+
+    kind: str  # read | write | generic
+    description: str
+    params: dict  # argument name -> (JSON schema dict, one-line description)
+
+
+def tool(kind: str, description: str, **params: tuple[dict | str, str]) -> Callable:
+    """Mark a toolkit method as an LLM tool. ``params``: name -> (type or schema, description)."""
+
+    def mark(fn):
+        fn.__tau2_tool__ = ToolSpec(kind, description, params)
+        return fn
+
+    return mark
+
+
+def helper(fn):
+    """Mark a toolkit method as an environment function (initialisation or assertion)."""
+    fn.__tau2_helper__ = True
+    return fn
+
+
+def fingerprint(state: Any) -> str:
+    """First 12 hex digits of the sha256 of the canonical JSON (spec README §9.7)."""
+    return hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def render_result(value: Any) -> str:
+    """A tool's return value as the tool-message text: strings verbatim, the rest as JSON.
+
+    Tools that upstream return plain dicts with numbers stringify those numbers themselves
+    (README §2), so records (whose numbers stay native) and plain dicts both dump as-is.
+    """
+    if isinstance(value, str):
+        return value
+    return json.dumps(value)
+
+
+class Toolkit:
+    """Base class of the per-domain toolkits. ``TOOL_ORDER`` is the exposure order."""
+
+    TOOL_ORDER: tuple[str, ...] = ()
+
+    def __init__(self, db: dict):
+        self.db = db
+
+    # ---- introspection ------------------------------------------------------------------
+    def has_tool(self, name: str) -> bool:
+        return name in self.TOOL_ORDER
+
+    def has_function(self, name: str) -> bool:
+        fn = getattr(type(self), name, None) if isinstance(name, str) and not name.startswith("_") else None
+        return fn is not None and (hasattr(fn, "__tau2_tool__") or hasattr(fn, "__tau2_helper__"))
+
+    def tool_spec(self, name: str) -> ToolSpec:
+        return getattr(type(self), name).__tau2_tool__
+
+    def llm_tools(self) -> list[Tool]:
+        """The tools as ``envs.base.Tool`` records (schema + bound callable), in order."""
+        return [Tool(name, self.tool_spec(name).description, self.parameters(name), getattr(self, name))
+                for name in self.TOOL_ORDER]
+
+    def parameters(self, name: str) -> dict:
+        """The JSON schema of a tool's arguments; arguments without a default are required."""
+        spec = self.tool_spec(name)
+        sig = inspect.signature(getattr(type(self), name))
+        props, required = {}, []
+        for arg, param in sig.parameters.items():
+            if arg == "self":
+                continue
+            schema, desc = spec.params[arg]
+            schema = {"type": schema} if isinstance(schema, str) else dict(schema)
+            props[arg] = {**schema, "description": desc}
+            if param.default is inspect.Parameter.empty:
+                required.append(arg)
+        return {"type": "object", "properties": props, "required": required}
+
+    # ---- calling ---------------------------------------------------------------------------
+    def call(self, name: str, arguments: dict) -> Any:
+        """Call a tool or helper with keyword arguments, unvalidated (README §2 step 3)."""
+        if not self.has_function(name):
+            raise ToolError(f"Tool '{name}' not found.")
+        return getattr(self, name)(**arguments)
+
+
+    # ---- the two tools every domain shares (README §2) -------------------------------------
+    @tool("generic", "Calculate the result of an arithmetic expression.",
+          expression=("string", "The expression, e.g. '2 * (3 + 4)'; digits, + - * / ( ) . and spaces only."))
+    def calculate(self, expression: str) -> str:
+        if not isinstance(expression, str) or any(c not in _CALC_CHARS for c in expression):
+            raise ToolError("Invalid characters in expression")
+        # The character whitelist leaves no names or attributes: eval can only do arithmetic.
+        return str(round(float(eval(expression, {"__builtins__": {}}, {})), 2))
+
+    @tool("generic", "Transfer the user to a human agent, with a summary of the issue. Only when the "
+          "request cannot be handled within the policy, or the user explicitly asks for a human.",
+          summary=("string", "A summary of the user's issue."))
+    def transfer_to_human_agents(self, summary: str) -> str:
+        return "Transfer successful"
+
+
+def _coerce(value: Any, kind: str) -> Any:
+    """Lax scalar validation in the spirit of upstream's typed records."""
+    if kind == "str" and isinstance(value, str):
+        return value
+    if kind == "int" and not isinstance(value, bool):
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+            return int(value)
+    if kind == "float" and not isinstance(value, bool) and isinstance(value, (int, float)):
+        return float(value)
+    raise ValueError(f"Input should be a valid {'string' if kind == 'str' else kind}")
+
+
+def make_record(model: str, value: Any, fields: dict[str, str]) -> dict:
+    """Build a typed record (fields in order) from an argument object; extra keys are ignored.
+
+    Raises ``ToolError`` with a validation message naming the record and the bad field.
+    """
+    if not isinstance(value, dict):
+        raise ToolError(f"1 validation error for {model}\n  Input should be an object, got {type(value).__name__}")
+    out = {}
+    for name, kind in fields.items():
+        if name not in value:
+            raise ToolError(f"1 validation error for {model}\n{name}\n  Field required")
+        try:
+            out[name] = _coerce(value[name], kind)
+        except ValueError as e:
+            raise ToolError(f"1 validation error for {model}\n{name}\n  {e}") from None
+    return out
+
+
+def make_records(model: str, values: Any, fields: dict[str, str]) -> list[dict]:
+    if not isinstance(values, list):
+        raise ToolError(f"1 validation error for {model}\n  Input should be a list of objects")
+    return [make_record(model, v, fields) for v in values]
+
+
+def check_literal(name: str, value: Any, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise ToolError(f"1 validation error\n{name}\n  Input should be " + " or ".join(repr(a) for a in allowed))
+    return value
