@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import json
 
-from envs.tau2 import airline, retail, telecom_crm, telecom_phone
+from envs.tau2 import airline, retail, telecom_crm, telecom_phone, telecom_user
 from envs.tau2.data import Tau2Data
 from envs.tau2.environment import Tau2Environment
 
@@ -44,7 +44,7 @@ def build_environment(data: Tau2Data, domain: str, solo: bool = False) -> Tau2En
         return Tau2Environment(domain, retail.RetailTools(fresh_db(data, domain)), solo=solo)
     if domain == "telecom":
         return Tau2Environment(domain, telecom_crm.TelecomAgentTools(fresh_db(data, domain, "agent")),
-                               telecom_phone.PhoneTools(fresh_db(data, domain, "user")),
+                               telecom_user.PhoneTools(fresh_db(data, domain, "user")),
                                sync=telecom_phone.sync_phone_with_crm, solo=solo)
     raise ValueError(f"unknown τ² domain {domain!r}; choose one of {DOMAINS}")
 

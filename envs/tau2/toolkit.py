@@ -172,3 +172,45 @@ def check_literal(name: str, value: Any, allowed: tuple[str, ...]) -> str:
     if value not in allowed:
         raise ToolError(f"1 validation error\n{name}\n  Input should be " + " or ".join(repr(a) for a in allowed))
     return value
+
+
+REQUIRED = object()  # marks a schema field without a default
+
+
+def conform(value: Any, kind: Any, where: str = "value") -> Any:
+    """Bring a loaded value into canonical form for ``kind`` (used for the TOML databases).
+
+    ``kind`` is ``"str" | "int" | "float" | "bool" | "date" | "datetime" | "any"``, or
+    ``("opt", kind)``, ``("list", kind)``, ``("map", kind)``, ``("record", fields)`` where
+    ``fields`` is a tuple of ``(name, kind, default)``; unknown record keys are rejected,
+    missing ones take their default. Dates render ``YYYY-MM-DD`` and datetimes
+    ``YYYY-MM-DD HH:MM:SS``, as upstream's state hash does.
+    """
+    if isinstance(kind, tuple):
+        tag, inner = kind
+        if tag == "opt":
+            return None if value is None else conform(value, inner, where)
+        if tag == "list":
+            return [conform(v, inner, f"{where}[{i}]") for i, v in enumerate(value)]
+        if tag == "map":
+            return {k: conform(v, inner, f"{where}.{k}") for k, v in value.items()}
+        unknown = set(value) - {f[0] for f in inner}
+        if unknown:
+            raise ValueError(f"{where}: unknown fields {sorted(unknown)}")
+        out = {}
+        for name, sub, default in inner:
+            if name in value:
+                out[name] = conform(value[name], sub, f"{where}.{name}")
+            elif default is REQUIRED:
+                raise ValueError(f"{where}: field {name!r} is required")
+            else:
+                out[name] = conform(default, sub, f"{where}.{name}") if default is not None else None
+        return out
+    if kind == "float":
+        return float(value)
+    if kind == "date":
+        return str(value)[:10]
+    if kind == "datetime":
+        text = str(value).replace("T", " ")
+        return text if len(text) > 10 else text + " 00:00:00"
+    return value
