@@ -1,0 +1,14 @@
+"""τ²-Bench (airline, retail, telecom) as offline multi-turn Gymnasium environments.
+
+Implemented from the behavioural specification of τ²-Bench (Sierra Research, MIT): the
+domains' tools and data models, the telecom phone and its sync with the carrier CRM, the
+orchestration with a simulated user, and τ²'s reward. See ``env.py`` for the env_config.
+"""
+
+from envs.tau2.data import Tau2Data, Tau2DataError, resolve_data_dir
+from envs.tau2.env import Tau2AirlineEnv, Tau2Env, Tau2RetailEnv, Tau2TelecomEnv
+from envs.tau2.llm_user import LLMUser, OpenAIChatClient
+from envs.tau2.users import ScriptedUser, UserContext, UserSimulator
+
+__all__ = ["Tau2AirlineEnv", "Tau2Env", "Tau2RetailEnv", "Tau2TelecomEnv", "Tau2Data", "Tau2DataError",
+           "resolve_data_dir", "LLMUser", "OpenAIChatClient", "ScriptedUser", "UserContext", "UserSimulator"]

@@ -1,0 +1,134 @@
+"""τ² reward computation (spec README §9): gating on the termination reason, then the
+product of the components named in the task's ``reward_basis``.
+
+The predicted state is the live environment's final state: every tool here is
+deterministic, so replaying the trajectory on a fresh environment reproduces it exactly
+(a unit test keeps that true). The gold state is a fresh environment plus initialisation
+plus the gold actions (no sync after them; failing ones skipped); its fingerprints are
+memoised per task because they never change.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+from envs.tau2.data import Tau2Data
+from envs.tau2.domains import build_environment
+from envs.tau2.environment import Tau2Environment
+
+REWARDING_TERMINATIONS = ("user_stop", "agent_stop")
+DEFAULT_REWARD_BASIS = ("DB", "COMMUNICATE")
+
+# judge(trajectory, nl_assertions) -> list of bools, one per assertion (README §9.6)
+NLJudge = Callable[[list[dict], list[str]], list[bool]]
+
+
+@functools.lru_cache(maxsize=512)
+def _gold_fingerprints(root: str, domain: str, task_id: str) -> tuple[str, str | None]:
+    data = Tau2Data(root)
+    return gold_environment(data, domain, data.tasks(domain)[task_id]).fingerprints()
+
+
+def gold_environment(data: Tau2Data, domain: str, task: dict) -> Tau2Environment:
+    env = build_environment(data, domain)
+    env.initialise(task)
+    for action in (task.get("evaluation_criteria") or {}).get("actions") or []:
+        env.apply_gold_action(action)
+    return env
+
+
+def tool_calls_in(trajectory: list[dict]):
+    """Every tool call of every agent and user message, in trajectory order."""
+    for message in trajectory:
+        if message["role"] in ("assistant", "user"):
+            yield from message.get("tool_calls") or []
+
+
+def communicate_met(trajectory: list[dict], info: str) -> bool:
+    """README §9.4: case-insensitive substring of an agent message with commas removed."""
+    needle = info.lower()
+    return any(m["role"] == "assistant" and m.get("content") and m["content"].strip()
+               and needle in m["content"].lower().replace(",", "") for m in trajectory)
+
+
+def action_met(trajectory: list[dict], gold: dict) -> bool:
+    """README §9.5: some call with the same name and the compared arguments equal."""
+    for call in tool_calls_in(trajectory):
+        if call["name"] != gold["name"]:
+            continue
+        args = call.get("arguments") or {}
+        keys = gold.get("compare_args")
+        keys = list(args) if keys is None else keys
+        if not keys:
+            return True
+        want = {k: v for k, v in (gold.get("arguments") or {}).items() if k in keys}
+        have = {k: v for k, v in args.items() if k in keys}
+        if want == have:
+            return True
+    return False
+
+
+def evaluate(data: Tau2Data, domain: str, task: dict, trajectory: list[dict], termination_reason: str,
+             live: Tau2Environment, nl_judge: NLJudge | None = None) -> tuple[float, dict]:
+    """The τ² reward of a finished episode and its breakdown (README §9.1)."""
+    breakdown: dict = {"termination_reason": termination_reason}
+    if termination_reason not in REWARDING_TERMINATIONS:
+        breakdown["gated"] = True
+        return 0.0, breakdown
+    criteria = task.get("evaluation_criteria")
+    if not criteria:
+        return 1.0, breakdown
+    basis = criteria.get("reward_basis") or list(DEFAULT_REWARD_BASIS)
+    breakdown["reward_basis"] = list(basis)
+    reward = 1.0
+
+    if "DB" in basis or "ENV_ASSERTION" in basis:
+        env_reward = 1.0
+        if criteria.get("actions") is not None or criteria.get("env_assertions") is not None:
+            if "DB" in basis:
+                gold = _gold_fingerprints(str(data.root), domain, task["id"])
+                live_fp = live.fingerprints()
+                breakdown["db_match"] = {"agent": live_fp[0] == gold[0], "user": live_fp[1] == gold[1]}
+                db = float(live_fp == gold)
+                breakdown["DB"] = db
+                env_reward *= db
+            if "ENV_ASSERTION" in basis:
+                results = []
+                for a in criteria.get("env_assertions") or []:
+                    value = live.run_function(a["env_type"], a["func_name"], a.get("arguments") or {})
+                    if not isinstance(value, bool):
+                        raise TypeError(f"assertion {a['func_name']} returned {value!r}, not a bool")
+                    results.append(value == a.get("assert_value", True))
+                breakdown["env_assertions"] = results
+                breakdown["ENV_ASSERTION"] = float(all(results))
+                env_reward *= breakdown["ENV_ASSERTION"]
+        reward *= env_reward
+
+    if "ACTION" in basis:
+        met = [action_met(trajectory, g) for g in criteria.get("actions") or []]
+        breakdown["actions_met"] = met
+        breakdown["ACTION"] = float(all(met))
+        reward *= breakdown["ACTION"]
+
+    if "COMMUNICATE" in basis:
+        met = [communicate_met(trajectory, s) for s in criteria.get("communicate_info") or []]
+        breakdown["communicate_met"] = met
+        breakdown["COMMUNICATE"] = float(all(met))
+        reward *= breakdown["COMMUNICATE"]
+
+    if "NL_ASSERTION" in basis:
+        assertions = criteria.get("nl_assertions") or []
+        if nl_judge is None:
+            raise ValueError(f"task {task['id']} is scored with NL_ASSERTION; pass env_config['nl_judge']")
+        met = list(nl_judge(trajectory, assertions)) if assertions else []
+        breakdown["nl_assertions_met"] = met
+        breakdown["NL_ASSERTION"] = float(all(met))
+        reward *= breakdown["NL_ASSERTION"]
+
+    breakdown["reward"] = reward
+    return reward, breakdown
+
+
+def is_success(reward: float) -> bool:
+    return 1 - 1e-6 <= reward <= 1 + 1e-6
