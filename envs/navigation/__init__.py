@@ -1,0 +1,14 @@
+"""The Navigation benchmark (BENCHMARKS.md section 1): multi-waypoint driving directions.
+
+Offline by default: a seeded generated map world (``world``), searched like Amap
+(``search``) through an in-process Amap stand-in (``amap_offline``); optionally the real
+Amap web API (``amap_live``). Tools: ``tools``; tasks, ordering levels and splits:
+``tasks``; request wording: ``wording``; reward: ``reward``; scripted oracle and naive
+agents: ``agents``; the gymnasium env: ``env``.
+"""
+
+from envs.navigation.agents import NaiveAgent, OracleAgent, run_episode
+from envs.navigation.env import NavigationEnv
+from envs.navigation.tasks import NavTask, build_benchmark
+
+__all__ = ["NavigationEnv", "NavTask", "build_benchmark", "OracleAgent", "NaiveAgent", "run_episode"]

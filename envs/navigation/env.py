@@ -1,0 +1,129 @@
+"""``NavigationEnv`` ("Navigation-v0"): multi-waypoint driving directions with Amap tools.
+
+    env = gymnasium.make("Navigation-v0", env_config={"split": "test", "language": "en"})
+    obs, info = env.reset(options={"task_id": "nav-test-0000"})
+
+env_config (besides the ``ToolEnv`` defaults: split, max_turns, output truncation, ...):
+    language       "zh" (default, the paper's setting) or "en"
+    world_seed     seed of the world and the task splits (default 0)
+    backend        "offline" (default) or "live": the real Amap web API, which needs
+                   AMAP_MAPS_API_KEY in the environment (never in the config)
+    amap_base_url  the live API's base URL (default https://restapi.amap.com)
+    amap_timeout_s per-request timeout of the live backend
+
+The episode ends when the agent replies without a tool call (or at ``max_turns``); the
+reward is 0/1 (see ``reward.py`` for which ``direction`` call is judged). Note that the
+tasks are drawn from the generated world: on the live backend their places do not exist,
+so live mode serves the tools to an agent but its rewards are only meaningful against a
+server that hosts the same world (as the tests do).
+
+Restoring a mid-episode state (for RTI): offline, the env is a pure function of
+(config, task id, assistant turns) — no randomness after ``reset`` — so ``restore(task_id,
+actions)`` replays the turns and reproduces the state exactly; ``snapshot()`` returns
+what ``restore`` needs.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+
+from envs.base import Task, ToolEnv
+from envs.navigation.amap_live import DEFAULT_BASE_URL, LiveAmap
+from envs.navigation.amap_offline import OfflineAmap
+from envs.navigation.reward import judge
+from envs.navigation.tasks import build_benchmark
+from envs.navigation.tools import make_tools
+from envs.navigation.wording import LANGUAGES, SYSTEM_PROMPTS, request_text
+
+BACKENDS = ("offline", "live")
+
+
+@functools.lru_cache(maxsize=4)
+def _offline_amap(seed: int) -> OfflineAmap:
+    return OfflineAmap(build_benchmark(seed).world)
+
+
+class NavigationEnv(ToolEnv):
+    DEFAULT_CONFIG = {
+        **ToolEnv.DEFAULT_CONFIG,
+        "language": "zh",
+        "world_seed": 0,
+        "backend": "offline",
+        "amap_base_url": DEFAULT_BASE_URL,
+        "amap_timeout_s": 10.0,
+    }
+
+    def __init__(self, env_config: dict | None = None, render_mode: str | None = None):
+        super().__init__(env_config, render_mode)
+        cfg = self.config
+        if cfg["language"] not in LANGUAGES:
+            raise ValueError(f"unknown language {cfg['language']!r} for NavigationEnv; valid languages: {list(LANGUAGES)}")
+        if cfg["backend"] not in BACKENDS:
+            raise ValueError(f"unknown backend {cfg['backend']!r} for NavigationEnv; valid backends: {list(BACKENDS)}")
+        self.benchmark = build_benchmark(int(cfg["world_seed"]))
+        if cfg["backend"] == "live":
+            self.client = LiveAmap(cfg["amap_base_url"], float(cfg["amap_timeout_s"]))
+        else:
+            self.client = _offline_amap(int(cfg["world_seed"]))
+        self.routes: list[dict] = []
+        self.actions: list = []
+
+    # ---- ToolEnv hooks --------------------------------------------------------------------
+    def task_ids(self, split: str) -> list[str]:
+        return list(self.benchmark.ids[split])
+
+    def load_task(self, task_id: str) -> Task:
+        spec = self.benchmark.tasks[task_id]
+        self.routes = []
+        language = self.config["language"]
+        return Task(task_id, SYSTEM_PROMPTS[language], request_text(spec, language),
+                    make_tools(self.client, self.routes.append), {"spec": spec})
+
+    def compute_reward(self) -> tuple[float, dict]:
+        return judge(self.task.data["spec"], self.routes)
+
+    def reward_evidence(self) -> dict:
+        if self.task is None:
+            raise RuntimeError("call reset() before reward_evidence()")
+        return self.task.data["spec"].evidence()
+
+    # ---- gymnasium API, plus the record that makes replay possible -------------------------
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        self.actions = []
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action):
+        if self.task is not None and not self.done:
+            self.actions.append(copy.deepcopy(action))
+        return super().step(action)
+
+    def snapshot(self) -> dict:
+        """What ``restore`` needs to rebuild the current state: the task and the turns."""
+        return {"task_id": self.task.task_id if self.task else None, "actions": copy.deepcopy(self.actions)}
+
+    def restore(self, task_id: str, actions: list) -> list[dict]:
+        """Reset to ``task_id`` and replay ``actions``; returns the full message history."""
+        self.reset(options={"task_id": task_id})
+        for action in actions:
+            if self.done:
+                raise ValueError("the replayed actions run past the end of the episode")
+            self.step(action)
+        return copy.deepcopy(self.messages)
+
+    def tasks_summary(self) -> dict:
+        """Task counts per split, waypoint count and order level."""
+        out = {}
+        for split, ids in self.benchmark.ids.items():
+            specs = [self.benchmark.tasks[i] for i in ids]
+            out[split] = {"total": len(specs),
+                          "by_waypoints": _count(len(s.waypoints) for s in specs),
+                          "by_level": _count(s.level for s in specs)}
+        return out
+
+
+def _count(values) -> dict:
+    out: dict = {}
+    for v in values:
+        out[v] = out.get(v, 0) + 1
+    return dict(sorted(out.items()))
