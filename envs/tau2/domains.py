@@ -1,15 +1,15 @@
 """Assembling a fresh τ² environment for a domain: databases, toolkits, sync and policy.
 
 Each database is parsed and normalised once per process; every environment then gets its
-own copy through ``json.loads`` of the canonical text, which is several times faster than
-``copy.deepcopy`` on the 7 MB airline DB and keeps ints and floats apart exactly as the
-fingerprint needs.
+own copy by unmarshalling the canonical form (an in-process ``marshal`` snapshot: about
+twice as fast as ``json.loads`` and many times faster than ``copy.deepcopy`` on the 7 MB
+airline DB, and it keeps ints and floats apart exactly as the fingerprint needs).
 """
 
 from __future__ import annotations
 
 import functools
-import json
+import marshal
 
 from envs.tau2 import airline, retail, telecom_crm, telecom_phone, telecom_user
 from envs.tau2.data import Tau2Data
@@ -19,7 +19,7 @@ DOMAINS = ("airline", "retail", "telecom")
 
 
 @functools.lru_cache(maxsize=8)
-def _canonical_db_text(root: str, domain: str, side: str) -> str:
+def _canonical_db(root: str, domain: str, side: str) -> bytes:
     data = Tau2Data(root)
     if domain == "airline":
         db = airline.normalise_db(data.json("domains/airline/db.json"))
@@ -29,11 +29,11 @@ def _canonical_db_text(root: str, domain: str, side: str) -> str:
         db = telecom_crm.normalise_db(data.toml("domains/telecom/db.toml"))
     else:
         db = telecom_phone.normalise_db(data.toml("domains/telecom/user_db.toml"))
-    return json.dumps(db)
+    return marshal.dumps(db)
 
 
 def fresh_db(data: Tau2Data, domain: str, side: str = "agent") -> dict:
-    return json.loads(_canonical_db_text(str(data.root), domain, side))
+    return marshal.loads(_canonical_db(str(data.root), domain, side))
 
 
 def build_environment(data: Tau2Data, domain: str, solo: bool = False) -> Tau2Environment:
