@@ -11,7 +11,11 @@ prominent places, which is the trap the benchmark is about.
 
 A region (city or district, by name or adcode) restricts the search, like Amap's
 ``city`` with ``citylimit=true``; a city or district name written at the start of the
-query ("深圳东涌广场") works as a region too.
+query ("深圳东涌广场") works as a region too. A nationwide query (no region) is answered
+from one city only — the city of the best-ranked hit — with the match counts of all cities
+in ``suggestion.cities``. So when a namesake or sibling elsewhere is more prominent, the
+requested place is not on the page at all: the agent must notice that no candidate has
+the exact name (or the right city) and search again with a region.
 """
 
 from __future__ import annotations
@@ -109,6 +113,9 @@ class SearchIndex:
         per_city: dict[str, int] = {}
         for s in scored:
             per_city[s[3].city.name] = per_city.get(s[3].city.name, 0) + 1
+        if region is None and scored:  # nationwide: answered from the best hit's city
+            best = scored[0][3].city.name
+            scored = [s for s in scored if s[3].city.name == best]
         return [s[3] for s in scored[:PAGE_SIZE]], len(scored), per_city
 
     def _candidates(self, query: str) -> list[POI]:

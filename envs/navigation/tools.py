@@ -150,7 +150,12 @@ class NavigationTools:
         city = city.strip() if isinstance(city, str) else ""
         if not city:
             raise invalid_params("city must be a city name or adcode")
-        raw = self._call("/v3/weather/weatherInfo", {"city": city, "extensions": "all"})
+        try:
+            raw = self._call("/v3/weather/weatherInfo", {"city": city, "extensions": "all"})
+        except AmapError as e:
+            if e.info != "INVALID_PARAMS":
+                raise
+            raise AmapError(e.info, e.infocode, f"unknown city {city!r}; give a city name or adcode") from None
         forecasts = raw.get("forecasts") or []
         if not forecasts:
             raise invalid_params(f"no weather for {city!r}; give a city name or adcode")

@@ -31,7 +31,7 @@ MIN_SEPARATION_M = 80.0  # no two POIs of a city closer than this (keeps coordin
 CITY_RADIUS_M = 32_000.0
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)  # read-only; identity equality (names repeat across cities)
 class POI:
     id: str
     name: str
@@ -120,7 +120,7 @@ class _CityBuilder:
         stems = self.rng.sample(lx.STEMS, 34)
         mains: list[POI] = []
         for stem in stems:
-            for kind in self.rng.sample(lx.ATTRACTION_KINDS, 2):
+            for kind in self._two_kinds():
                 mains += self._attraction_family(stem, kind)
         generic_pairs = [("人民", 1), ("中山", 1), ("世纪", 0), ("文化", 0), ("人民", 0), ("滨江", 1), ("青年", 1), ("解放", 11)]
         for stem, k in self.rng.sample(generic_pairs, 5):
@@ -132,6 +132,16 @@ class _CityBuilder:
         self._hotels(landmarks)
         self._malls(stems)
         return self.pois
+
+    def _two_kinds(self) -> list[lx.Kind]:
+        """Two distinct kinds, common ones (parks, squares) more often: they are everywhere,
+        which is also why their names collide across cities."""
+        kinds: list[lx.Kind] = []
+        while len(kinds) < 2:
+            kind = self.rng.choices(lx.ATTRACTION_KINDS, weights=[k.weight for k in lx.ATTRACTION_KINDS])[0]
+            if kind not in kinds:
+                kinds.append(kind)
+        return kinds
 
     # ---- geometry -------------------------------------------------------------------------
     def _district_centers(self) -> dict[str, tuple[float, float]]:
