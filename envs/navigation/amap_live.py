@@ -50,7 +50,7 @@ class LiveAmap:
                 body = response.read()
         except urllib.error.HTTPError as e:
             raise AmapError("SERVICE_NOT_AVAILABLE", str(e.code), self._scrub(f"Amap answered HTTP {e.code}")) from None
-        except (urllib.error.URLError, OSError) as e:
+        except Exception as e:  # URLError, timeouts, and ValueError for a bad URL (which quotes the URL)
             reason = getattr(e, "reason", e)
             raise AmapError("SERVICE_NOT_AVAILABLE", "-1", self._scrub(f"Amap is unreachable: {reason}")) from None
         try:
