@@ -34,13 +34,9 @@ class Tau2Environment:
         self.user = user
         self.solo = solo
         self._sync = sync
-        # Fingerprints are memoised until the next call that may change state through this
-        # object (hashing the airline DB costs ~50 ms; evaluation asks for it often).
-        self._fingerprints: tuple[str, str | None] | None = None
 
     def sync(self) -> None:
         if self._sync is not None and self.user is not None:
-            self._fingerprints = None
             self._sync(self.agent, self.user)
 
     # ---- tool calls (README §2) ---------------------------------------------------------
@@ -61,7 +57,6 @@ class Tau2Environment:
     def execute(self, call: dict, requestor: str = "assistant") -> dict:
         """Run one tool call; always returns a τ² tool message."""
         message = {"id": call.get("id", ""), "role": "tool", "requestor": requestor}
-        self._fingerprints = None
         try:
             toolkit = self.route(call.get("name"), requestor)
             arguments = call.get("arguments", {})
@@ -78,7 +73,6 @@ class Tau2Environment:
         toolkit = self.user if env_type == "user" else self.agent
         if toolkit is None or not toolkit.has_function(func_name):
             raise ToolError(f"Function '{func_name}' not found in the {env_type} toolkit of {self.domain}.")
-        self._fingerprints = None
         result = toolkit.call(func_name, dict(arguments or {}))
         self.sync()
         return result
@@ -86,7 +80,6 @@ class Tau2Environment:
     # ---- episode set-up and evaluation helpers --------------------------------------------
     def initialise(self, task: dict) -> None:
         """README §4: initialisation data, initialisation actions, then one more sync."""
-        self._fingerprints = None
         state = task.get("initial_state") or {}
         data = state.get("initialization_data") or {}
         if data.get("agent_data"):
@@ -103,7 +96,6 @@ class Tau2Environment:
         """README §9.2: a gold action straight on its toolkit, no sync; failures are skipped."""
         requestor = action.get("requestor") or "assistant"
         toolkit = self.user if requestor == "user" else self.agent
-        self._fingerprints = None
         try:
             toolkit.call(action["name"], dict(action.get("arguments") or {}))
             return True
@@ -112,7 +104,4 @@ class Tau2Environment:
 
     def fingerprints(self) -> tuple[str, str | None]:
         """(agent DB, user DB or None) fingerprints of the current state (README §9.7)."""
-        if self._fingerprints is None:
-            self._fingerprints = (fingerprint(self.agent.db),
-                                  fingerprint(self.user.db) if self.user is not None else None)
-        return self._fingerprints
+        return fingerprint(self.agent.db), (fingerprint(self.user.db) if self.user is not None else None)
