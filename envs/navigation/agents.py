@@ -35,8 +35,8 @@ def _last_tool_json(observation: list[dict]) -> dict | None:
 class _ScriptedAgent:
     """Resolve origin, waypoints (in an allowed order) and destination, then route, then answer."""
 
-    def __init__(self, evidence: dict):
-        self.evidence = evidence
+    def __init__(self, evidence: dict, language: str = "zh"):
+        self.evidence, self.language = evidence, language
         names = [w["name"] for w in evidence["waypoints"]]
         order = [names.index(n) for group in evidence["allowed_orders"]["groups"] for n in group]
         self.places = [evidence["origin"]] + [evidence["waypoints"][i] for i in order] + [evidence["destination"]]
@@ -58,8 +58,10 @@ class _ScriptedAgent:
             return format_tool_call("direction", {"origin": origin, "destination": destination,
                                                   "mode": "driving", "waypoints": ";".join(vias)})
         route = _last_tool_json(observation) or {}
-        return (f"路线已规划好：全程约{int(route.get('distance') or 0) / 1000:.1f}公里，"
-                f"预计{int(route.get('duration') or 0) // 60}分钟。祝旅途愉快！")
+        km, minutes = int(route.get("distance") or 0) / 1000, int(route.get("duration") or 0) // 60
+        if self.language == "en":
+            return f"Your driving route is planned: about {km:.1f} km, roughly {minutes} minutes. Have a good trip!"
+        return f"路线已规划好：全程约{km:.1f}公里，预计{minutes}分钟。祝旅途愉快！"
 
     def search(self, place: dict) -> str:
         raise NotImplementedError
@@ -91,8 +93,8 @@ class OracleAgent(_ScriptedAgent):
 
 
 class NaiveAgent(_ScriptedAgent):
-    def __init__(self, evidence: dict, qualified: bool = False):
-        super().__init__(evidence)
+    def __init__(self, evidence: dict, language: str = "zh", qualified: bool = False):
+        super().__init__(evidence, language)
         self.qualified = qualified
 
     def search(self, place: dict) -> str:
@@ -112,7 +114,7 @@ class NaiveAgent(_ScriptedAgent):
 def run_episode(env, agent_cls, task_id: str, **agent_kwargs) -> tuple[float, dict, list[dict]]:
     """Play one episode of ``task_id`` with a scripted agent: (reward, last info, messages)."""
     observation, info = env.reset(options={"task_id": task_id})
-    agent = agent_cls(env.reward_evidence(), **agent_kwargs)
+    agent = agent_cls(env.reward_evidence(), env.config.get("language", "zh"), **agent_kwargs)
     reward, done = 0.0, False
     while not done:
         observation, reward, terminated, truncated, info = env.step(agent.act(observation))

@@ -1,9 +1,10 @@
 """POI text search and around search over the world, ranked the way map search behaves.
 
 Relevance of a name to a query is the IDF-weighted share of the query's characters that the
-name contains, with a mild penalty for extra length (1.0 for the exact name, ~0.9 for
-"东涌文化广场" or "东涌广场停车场" against "东涌广场", ~0.5 for "东涌公园", little for
-"银湖广场": a rare character such as 涌 weighs more than 广 or 场). Results fall in two
+name contains, with a mild penalty for extra length and a penalty when the name does not
+start like the query (1.0 for the exact name, ~0.9 for "东涌文化广场" or "东涌广场停车场"
+against "东涌广场", ~0.5 for "东涌公园", little for "银湖广场": a rare character such as 涌
+weighs more than 广 or 场). Results fall in two
 tiers — close matches (relevance >= 0.85) and loose ones (>= 0.5) — and inside a tier they
 are ordered by ``relevance + popularity`` plus a bonus for the exact name. The exact name
 therefore wins only when it is not much less popular than its siblings: map search favours
@@ -27,7 +28,7 @@ from envs.navigation.geo import haversine_m
 from envs.navigation.world import POI, World
 
 CLOSE, LOOSE = 0.85, 0.5
-EXACT_BONUS = 0.35
+EXACT_BONUS = 0.25
 PAGE_SIZE = 10
 
 
@@ -42,7 +43,10 @@ def relevance(query: str, name: str, weight: dict[str, float]) -> float:
     chars = set(query)
     total = sum(weight.get(c, _RARE) for c in chars)
     covered = sum(weight.get(c, _RARE) for c in chars if c in name)
-    return covered / total * min(1.0, (len(query) + 1) / (len(name) + 1)) ** 0.25
+    # A Chinese place name leads with its proper part (东湖 in 东湖生态湖景区): a name that
+    # starts differently is another place of the same kind, not a variant of this one.
+    same_start = 1.0 if name[:2] == query[:2] else 0.85
+    return covered / total * same_start * min(1.0, (len(query) + 1) / (len(name) + 1)) ** 0.25
 
 
 _RARE = 8.0  # weight of a character no POI name contains
@@ -101,11 +105,14 @@ class SearchIndex:
         region = self.region(region_text)
         prefix_region, core = self.split_region_prefix(query)
         region = region or prefix_region
+        # the prefix may also belong to the name itself ("北京雕塑美术馆"): score both readings
+        readings = {core, query.strip()}
+        candidates = {id(p): p for reading in readings for p in self._candidates(reading)}
         scored = []
-        for poi in self._candidates(core):
+        for poi in candidates.values():
             if region and (poi.city.name != region.city or (region.district and poi.district != region.district)):
                 continue
-            rel = relevance(core, poi.name, self.weight)
+            rel = max(relevance(reading, poi.name, self.weight) for reading in readings)
             if rel >= LOOSE:
                 bonus = EXACT_BONUS if rel == 1.0 else 0.0
                 scored.append((0 if rel >= CLOSE else 1, -(rel + bonus + poi.popularity), poi.id, poi))
