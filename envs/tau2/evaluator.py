@@ -24,7 +24,12 @@ DEFAULT_REWARD_BASIS = ("DB", "COMMUNICATE")
 NLJudge = Callable[[list[dict], list[str]], list[bool]]
 
 
-@functools.lru_cache(maxsize=512)
+def gold_fingerprints(data: Tau2Data, domain: str, task_id: str) -> tuple[str, str | None]:
+    """(agent DB, user DB) fingerprints of a task's gold state, memoised per process."""
+    return _gold_fingerprints(str(data.root), domain, task_id)
+
+
+@functools.lru_cache(maxsize=1024)
 def _gold_fingerprints(root: str, domain: str, task_id: str) -> tuple[str, str | None]:
     data = Tau2Data(root)
     return gold_environment(data, domain, data.tasks(domain)[task_id]).fingerprints()
@@ -87,7 +92,7 @@ def evaluate(data: Tau2Data, domain: str, task: dict, trajectory: list[dict], te
         env_reward = 1.0
         if criteria.get("actions") is not None or criteria.get("env_assertions") is not None:
             if "DB" in basis:
-                gold = _gold_fingerprints(str(data.root), domain, task["id"])
+                gold = gold_fingerprints(data, domain, task["id"])
                 live_fp = live.fingerprints()
                 breakdown["db_match"] = {"agent": live_fp[0] == gold[0], "user": live_fp[1] == gold[1]}
                 db = float(live_fp == gold)

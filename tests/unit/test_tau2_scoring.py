@@ -1,6 +1,7 @@
 """τ² reward computation: gating, the do-nothing baseline, replay equality, wrong writes and
 the ACTION / COMMUNICATE matching rules (spec README §9, §13). Self-consistency over every
-task lives with the other oracles in test_tau2_oracles.py."""
+task lives with the other oracles in test_tau2_oracles.py (which runs first and fills the gold-state
+cache this file reuses)."""
 
 from pathlib import Path
 
