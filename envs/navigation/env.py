@@ -10,12 +10,14 @@ env_config (besides the ``ToolEnv`` defaults: split, max_turns, output truncatio
                    AMAP_MAPS_API_KEY in the environment (never in the config)
     amap_base_url  the live API's base URL (default https://restapi.amap.com)
     amap_timeout_s per-request timeout of the live backend
+    tasks_file     optional JSON-lines file of tasks to use instead of the generated ones
+                   (format in ``task_file.py``; e.g. annotated real places for live mode)
 
 The episode ends when the agent replies without a tool call (or at ``max_turns``); the
-reward is 0/1 (see ``reward.py`` for which ``direction`` call is judged). Note that the
-tasks are drawn from the generated world: on the live backend their places do not exist,
-so live mode serves the tools to an agent but its rewards are only meaningful against a
-server that hosts the same world (as the tests do).
+reward is 0/1 (see ``reward.py`` for which ``direction`` call is judged). The generated
+tasks name places of the generated world, which do not exist on the real Amap: for live
+evaluation give a ``tasks_file`` of annotated real trips (a server hosting the generated
+world, as in the tests, also works with the generated tasks).
 
 Restoring a mid-episode state (for RTI): offline, the env is a pure function of
 (config, task id, assistant turns) — no randomness after ``reset`` — so ``restore(task_id,
@@ -32,6 +34,7 @@ from envs.base import Task, ToolEnv
 from envs.navigation.amap_live import DEFAULT_BASE_URL, LiveAmap
 from envs.navigation.amap_offline import OfflineAmap
 from envs.navigation.reward import judge
+from envs.navigation.task_file import FileTasks
 from envs.navigation.tasks import build_benchmark
 from envs.navigation.tools import make_tools
 from envs.navigation.wording import LANGUAGES, SYSTEM_PROMPTS, request_text
@@ -52,6 +55,7 @@ class NavigationEnv(ToolEnv):
         "backend": "offline",
         "amap_base_url": DEFAULT_BASE_URL,
         "amap_timeout_s": 10.0,
+        "tasks_file": None,
     }
 
     def __init__(self, env_config: dict | None = None, render_mode: str | None = None):
@@ -61,7 +65,12 @@ class NavigationEnv(ToolEnv):
             raise ValueError(f"unknown language {cfg['language']!r} for NavigationEnv; valid languages: {list(LANGUAGES)}")
         if cfg["backend"] not in BACKENDS:
             raise ValueError(f"unknown backend {cfg['backend']!r} for NavigationEnv; valid backends: {list(BACKENDS)}")
-        self.benchmark = build_benchmark(int(cfg["world_seed"]))
+        if cfg["tasks_file"]:
+            self.benchmark = FileTasks(cfg["tasks_file"])
+            if not self.benchmark.ids[cfg["split"]]:
+                raise ValueError(f"tasks_file {cfg['tasks_file']} has no tasks in split {cfg['split']!r}")
+        else:
+            self.benchmark = build_benchmark(int(cfg["world_seed"]))
         if cfg["backend"] == "live":
             self.client = LiveAmap(cfg["amap_base_url"], float(cfg["amap_timeout_s"]))
         else:

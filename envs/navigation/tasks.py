@@ -28,7 +28,7 @@ from __future__ import annotations
 import functools
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from envs.navigation.geo import haversine_m
 from envs.navigation.world import POI, World, build_world
@@ -49,6 +49,7 @@ class NavTask:
     groups: tuple[tuple[int, ...], ...]  # indices into ``waypoints``; groups in visiting order
     level: int
     pinned: str = ""                # level 1: "first" or "last"
+    requests: dict | None = field(default=None, compare=False)  # written requests (task files)
 
     @property
     def allowed_order_count(self) -> int:

@@ -79,6 +79,10 @@ def _block(names: list[str], language: str, first: bool) -> str:
 def request_text(task: NavTask, language: str) -> str:
     if language not in LANGUAGES:
         raise ValueError(f"unknown language {language!r}; valid languages: {list(LANGUAGES)}")
+    if task.requests is not None:  # an annotated task brings its own words
+        if language not in task.requests:
+            raise ValueError(f"task {task.task_id!r} has no {language!r} request; it has {sorted(task.requests)}")
+        return task.requests[language]
     rng = random.Random(f"navigation-wording:{task.task_id}:{language}")
     t = _ZH if language == "zh" else _EN
     pick = lambda key, **kw: rng.choice(t[key]).format(**kw)  # noqa: E731

@@ -1,6 +1,7 @@
 """The live Amap backend, against a local HTTP server on 127.0.0.1 that speaks the Amap web
 API's documented format (no network, no real key). The server answers from the same
-generated world as the offline backend, so a full oracle episode runs over real HTTP."""
+generated world as the offline backend, so a full oracle episode runs over real HTTP. Also:
+task files (annotated trips, the way to evaluate on real places)."""
 
 import json
 import pickle
@@ -13,6 +14,7 @@ import pytest
 
 from envs.navigation import NavigationEnv, OracleAgent, run_episode
 from envs.navigation.amap_offline import OfflineAmap
+from envs.navigation.task_file import dump_tasks
 from envs.navigation.tasks import build_benchmark
 from envs.tool_calls import format_tool_call
 
@@ -165,3 +167,48 @@ def test_service_failures_are_error_observations_without_the_key(live_env, serve
     assert not terminated and reward == 0.0
     for key in (KEY, "another-key"):
         assert key not in json.dumps(live_env.messages, ensure_ascii=False)
+
+
+# ---- task files: annotated trips for live evaluation ------------------------------------------
+@pytest.fixture(scope="module")
+def task_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("nav") / "tasks.jsonl"
+    dump_tasks(build_benchmark(0), path)
+    return path
+
+
+def test_dumped_tasks_load_back_with_the_same_gold_and_words(task_file):
+    generated = NavigationEnv({"split": "test", "language": "en"})
+    loaded = NavigationEnv({"split": "test", "language": "en", "tasks_file": str(task_file)})
+    assert loaded.task_ids("test") == generated.task_ids("test") and len(loaded.task_ids("train")) == 600
+    for task_id in ("nav-test-0000", "nav-test-0149"):
+        obs_a, _ = generated.reset(options={"task_id": task_id})
+        obs_b, _ = loaded.reset(options={"task_id": task_id})
+        assert obs_a == obs_b
+        a, b = generated.reward_evidence(), loaded.reward_evidence()
+        assert a["waypoints"] == b["waypoints"] and a["allowed_orders"] == b["allowed_orders"]
+        assert run_episode(loaded, OracleAgent, task_id)[0] == 1.0
+
+
+def test_live_backend_with_a_task_file_over_http(task_file, server, monkeypatch):
+    monkeypatch.setenv("AMAP_MAPS_API_KEY", KEY)
+    host, port = server.server_address
+    env = NavigationEnv({"split": "test", "backend": "live", "amap_base_url": f"http://{host}:{port}",
+                         "tasks_file": str(task_file)})
+    assert run_episode(env, OracleAgent, "nav-test-0010")[0] == 1.0
+
+
+@pytest.mark.parametrize("edit,needle", [
+    (lambda row: row.update(level=7), "level must be one of"),
+    (lambda row: row.update(groups=[[0, 1]]), "must split the waypoint indices"),
+    (lambda row: row["origin"].update(location="22.5,114.0"), "longitude comes first"),
+    (lambda row: row.update(request={"fr": "bonjour"}), "request must map languages"),
+    (lambda row: row.pop("destination"), "missing field 'destination'"),
+])
+def test_malformed_task_files_name_the_line_and_the_problem(task_file, tmp_path, edit, needle):
+    rows = [json.loads(line) for line in task_file.read_text(encoding="utf-8").splitlines()[:3]]
+    edit(rows[1])
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows), encoding="utf-8")
+    with pytest.raises(ValueError, match=f"bad.jsonl, line 2: .*{needle}"):
+        NavigationEnv({"split": "test", "tasks_file": str(bad)})
