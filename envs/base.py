@@ -23,6 +23,7 @@ observation the agent can read and recover from.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -60,10 +61,23 @@ class Task:
     user_message: str
     tools: list[Tool]
     data: dict = field(default_factory=dict)  # env-specific payload (gold answer, fixtures, ...)
+    # Optional worked example (user request + assistant turn with a tool call) on a fixed
+    # input unrelated to the task; chat renderers show it to small models as context.
+    demonstration: list[dict] = field(default_factory=list)
 
 
 class ToolError(Exception):
     """Raise inside a tool to return a clean error observation (no traceback)."""
+
+
+@functools.lru_cache(maxsize=512)
+def _schema_validator(schema_json: str):
+    """A checked validator per distinct schema: ``jsonschema.validate`` re-checks the
+    schema itself on every call, which costs milliseconds per tool call."""
+    schema = json.loads(schema_json)
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
 
 
 def truncate_text(text: str, max_chars: int) -> str:
@@ -205,7 +219,8 @@ class ToolEnv(gym.Env):
         return [t.schema() for t in self._tools.values()]
 
     def _info(self) -> dict:
-        return {"task_id": self.task.task_id, "tools": self.tool_schemas()}
+        return {"task_id": self.task.task_id, "tools": self.tool_schemas(),
+                "demonstration": copy.deepcopy(self.task.demonstration)}
 
     @staticmethod
     def _as_turn(action) -> dict:
@@ -236,7 +251,7 @@ class ToolEnv(gym.Env):
         if len(encoded) > self.config["max_argument_chars"]:
             return self._tool_message(name, f"Error: arguments of {name} are {len(encoded)} characters; the limit is {self.config['max_argument_chars']}.")
         try:
-            jsonschema.validate(args, tool.parameters)
+            _schema_validator(json.dumps(tool.parameters, sort_keys=True)).validate(args)
         except jsonschema.ValidationError as e:
             where = "/".join(str(p) for p in e.absolute_path) or "arguments"
             return self._tool_message(name, f"Error: invalid arguments for {name} at {where}: {e.message}")

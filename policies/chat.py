@@ -30,13 +30,12 @@ CHATML_TEMPLATE = (
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 
+# Kept short on purpose: SmolLM2-135M copies any tag a long preamble mentions (it answered
+# with made-up <tool_response> blocks when this text described them).
 TOOLS_PREAMBLE = (
-    "\n\n# Tools\n\nYou can call the functions described inside <tools></tools> to help with the request. "
-    "Each line is one function's JSON schema:\n<tools>\n{schemas}\n</tools>\n\n"
-    "To call a function, write its name and arguments as a JSON object inside <tool_call></tool_call> tags, "
-    "one block per call, for example:\n<tool_call>\n{{\"name\": \"function_name\", \"arguments\": {{\"arg\": \"value\"}}}}\n</tool_call>\n"
-    "Each result comes back inside <tool_response></tool_response>. When you have everything you need, "
-    "answer in plain text without a tool call."
+    "\n\nYou can use these tools:\n<tools>\n{schemas}\n</tools>\n"
+    "Call a tool by writing <tool_call>{{\"name\": \"...\", \"arguments\": {{...}}}}</tool_call>. "
+    "Answer in plain text when you are done."
 )
 
 
@@ -130,15 +129,25 @@ class ChatRenderer:
         return self.tokenizer.encode(text, add_special_tokens=False)
 
     # ---- token level ----------------------------------------------------------------------
-    def begin(self, messages: list[dict], tools: list[dict] | None = None) -> tuple[list[dict], TokenBuffer]:
-        """Open a trajectory: put the tool schemas into the system prompt and render the
-        opening messages. Returns the message list as the model sees it and its buffer."""
+    def begin(self, messages: list[dict], tools: list[dict] | None = None,
+              demonstration: list[dict] | None = None) -> tuple[list[dict], TokenBuffer]:
+        """Open a trajectory: put the tool schemas into the system prompt, insert the env's
+        worked example (if any) after it, and render the opening messages. Returns the
+        message list as the model sees it and its buffer.
+
+        Why a demonstration: SmolLM2-135M almost never emits a tool call from schemas alone
+        (0/16 sampled turns on a one-tool weather task) but copies the syntax after one
+        natural example exchange (7/16). Placeholder examples ("<city>") did not help (0/16),
+        so the example comes from the environment, which knows its domain. It is context
+        (loss mask 0), on a fixed input unrelated to the task."""
         messages = [dict(m) for m in messages]
         if tools:
             if messages and messages[0]["role"] == "system":
                 messages[0]["content"] = self.system_with_tools(messages[0]["content"], tools)
             else:
                 messages.insert(0, {"role": "system", "content": self.system_with_tools("", tools).lstrip()})
+        if demonstration:
+            messages[1:1] = [dict(m) for m in demonstration]
         buf = TokenBuffer()
         buf.append_context(self.full_ids(messages))
         return messages, buf
