@@ -14,11 +14,10 @@ import datetime as dt
 
 from envs.navigation import lexicon as lx
 from envs.navigation.geo import (ROAD_MODEL, AmapError, bearing_name, driving_seconds, format_lonlat, haversine_m,
-                                 invalid_params, leg_distance_m, parse_lonlat, stable_unit)
+                                 MAX_WAYPOINTS, invalid_params, leg_distance_m, parse_lonlat, stable_unit)
 from envs.navigation.search import SearchIndex
 from envs.navigation.world import POI, World
 
-MAX_WAYPOINTS = 16
 _OK = {"status": "1", "info": "OK", "infocode": "10000"}
 _FORECAST_START = dt.date(2025, 5, 12)
 

@@ -16,6 +16,7 @@ EARTH_RADIUS_M = 6371008.8
 LON_RANGE = (73.0, 136.0)
 LAT_RANGE = (3.0, 54.0)
 _NUMBER = re.compile(r"^-?\d+(\.\d+)?$")
+MAX_WAYPOINTS = 16  # Amap's limit on driving waypoints
 
 
 class AmapError(Exception):

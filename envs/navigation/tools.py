@@ -17,10 +17,9 @@ import json
 from typing import Callable
 
 from envs.base import Tool, ToolError
-from envs.navigation.geo import AmapError, invalid_params, parse_lonlat
+from envs.navigation.geo import MAX_WAYPOINTS, AmapError, invalid_params, parse_lonlat
 
 MODES = ("driving", "walking", "bicycling", "electrobike", "transit")
-MAX_WAYPOINTS = 16
 _ENDPOINTS = {"driving": "/v3/direction/driving", "walking": "/v3/direction/walking",
               "bicycling": "/v4/direction/bicycling", "electrobike": "/v5/direction/electrobike",
               "transit": "/v3/direction/transit/integrated"}

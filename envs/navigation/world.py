@@ -89,12 +89,6 @@ class World:
     def nearest_city(self, point: tuple[float, float]) -> lx.City:
         return min(self.cities, key=lambda c: haversine_m(c.center, point))
 
-    def find(self, city: str, name: str) -> POI:
-        for poi in self.by_city[city]:
-            if poi.name == name:
-                return poi
-        raise KeyError(f"no POI named {name!r} in {city}")
-
 
 @functools.lru_cache(maxsize=4)
 def build_world(seed: int) -> World:
