@@ -52,7 +52,9 @@ TRUNCATING = ("max_steps", "max_turns")
 class Tau2Env(ToolEnv):
     DOMAIN = ""
     SPLITS = ("train", "test", "base")
-    DEFAULT_CONFIG = {**ToolEnv.DEFAULT_CONFIG, "max_tool_output_chars": 0, "max_steps": 200, "max_errors": 10,
+    # τ² has no output truncation or per-turn call limit, so ToolEnv's keys for those are
+    # not used; max_turns caps agent turns (the paper's 30), max_steps/max_errors are τ²'s.
+    DEFAULT_CONFIG = {"split": "train", "max_turns": 30, "max_steps": 200, "max_errors": 10,
                       "user": "scripted", "solo": False, "data_dir": None}
 
     def __init__(self, env_config: dict | None = None, render_mode: str | None = None):

@@ -118,3 +118,20 @@ def test_action_matching_rules():
     restricted = {"name": "enable_roaming", "arguments": {"customer_id": "C1001", "line_id": "L1002"},
                   "compare_args": ["line_id"]}
     assert action_met(calls(("enable_roaming", {"customer_id": "C9", "line_id": "L1002"})), restricted)
+
+
+def test_nl_assertions_go_through_the_optional_judge(data):
+    task = {"id": "nl", "evaluation_criteria": {"reward_basis": ["NL_ASSERTION"], "nl_assertions": ["a", "b"]}}
+    env = build_environment(data, "retail")
+    seen = []
+
+    def judge(trajectory, assertions):
+        seen.append((len(trajectory), assertions))
+        return [True, "refund" in trajectory[-1]["content"]]
+
+    said = [dict(GREETING), {"role": "assistant", "content": "Your refund is on its way.", "tool_calls": []}]
+    assert evaluate(data, "retail", task, said, "user_stop", env, judge)[0] == 1.0
+    assert evaluate(data, "retail", task, said[:1], "user_stop", env, judge)[0] == 0.0
+    assert seen[0] == (2, ["a", "b"])
+    with pytest.raises(ValueError, match="nl_judge"):
+        evaluate(data, "retail", task, said, "user_stop", env)
