@@ -13,9 +13,11 @@ Tools signal failures by raising; the environment turns the exception text into 
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import inspect
 import json
+import operator
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -118,14 +120,34 @@ class Toolkit:
     def calculate(self, expression: str) -> str:
         if not isinstance(expression, str) or any(c not in _CALC_CHARS for c in expression):
             raise ToolError("Invalid characters in expression")
-        # The character whitelist leaves no names or attributes: eval can only do arithmetic.
-        return str(round(float(eval(expression, {"__builtins__": {}}, {})), 2))
+        return str(round(float(_arithmetic(ast.parse(expression.strip(), mode="eval").body)), 2))
 
     @tool("generic", "Transfer the user to a human agent, with a summary of the issue. Only when the "
           "request cannot be handled within the policy, or the user explicitly asks for a human.",
           summary=("string", "A summary of the user's issue."))
     def transfer_to_human_agents(self, summary: str) -> str:
         return "Transfer successful"
+
+
+_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+           ast.FloorDiv: operator.floordiv, ast.Pow: operator.pow}
+_UNARY = {ast.UAdd: operator.pos, ast.USub: operator.neg}
+
+
+def _arithmetic(node: ast.AST):
+    """Evaluate the parsed expression with Python's own operators (so results and error
+    texts equal upstream's ``eval``), refusing powers that could take minutes to compute
+    (``9**9**9``): upstream would hang there, an RL rollout must not."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+        return node.value
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+        return _UNARY[type(node.op)](_arithmetic(node.operand))
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        left, right = _arithmetic(node.left), _arithmetic(node.right)
+        if isinstance(node.op, ast.Pow) and abs(right) > 1000 and abs(left) > 1:
+            raise ToolError("Exponent too large")
+        return _BINARY[type(node.op)](left, right)
+    raise ToolError("Invalid expression")
 
 
 def _coerce(value: Any, kind: str) -> Any:

@@ -219,5 +219,7 @@ def test_read_tools_and_generic_tools(env):
     fails(env, "calculate", "Invalid characters in expression", expression="__import__('os')")
     fails(env, "calculate", "division by zero", expression="1/0")
     assert call(env, "calculate", expression="(1+")[1]
+    assert call(env, "calculate", expression="2 ** 10 // 3 - -1.5") == ("342.5", False)
+    fails(env, "calculate", "Exponent too large", expression="9**9**9")
     assert call(env, "transfer_to_human_agents", summary="x") == ("Transfer successful", False)
     fails(env, "book_flight", "Tool 'book_flight' not found.")

@@ -158,3 +158,18 @@ def test_scripted_user_rules():
     assert "Yes, please go ahead." in fresh.respond([{"role": "assistant", "content": "May I check your line?"}])["content"]
     assert fresh.respond([{"role": "assistant", "content": "I will transfer you."}])["content"] == "###TRANSFER###"
     assert "###STOP###" in fresh.respond([{"role": "assistant", "content": "Your line is fixed."}])["content"]
+
+
+@needs_data
+def test_user_acting_or_stopping_before_the_first_agent_turn():
+    chat = ScriptedChat([format_tool_call("check_status_bar", {}), "I see no signal bars. Help?"])
+    env = Tau2TelecomEnv({"data_dir": str(DATA_DIR), "split": "base", "user": LLMUser(chat)})
+    obs, _ = env.reset(options={"task_id": env.task_ids("base")[0]})
+    assert obs[-1] == {"role": "user", "content": "I see no signal bars. Help?"}
+    assert [m["role"] for m in env.trajectory] == ["assistant", "user", "tool", "user"]
+    env = Tau2TelecomEnv({"data_dir": str(DATA_DIR), "split": "base", "user": LLMUser(ScriptedChat(["###STOP###"]))})
+    obs, _ = env.reset(options={"task_id": env.task_ids("base")[0]})
+    assert obs[-1]["content"] == "###STOP###"
+    # The episode is already over: the next step ends it without running the action.
+    obs, reward, terminated, _, info = env.step("Hello?")
+    assert (obs, reward, terminated, info["termination_reason"]) == ([], 0.0, True, "user_stop")
