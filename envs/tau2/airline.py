@@ -124,13 +124,13 @@ class AirlineTools(Toolkit):
         reservation_id = next((r for r in RESERVATION_IDS if r not in self.db["reservations"]), None)
         if reservation_id is None:
             raise ToolError("Too many reservations")
+        bags = make_record("Reservation", {"total_baggages": total_baggages, "nonfree_baggages": nonfree_baggages},
+                           {"total_baggages": "int", "nonfree_baggages": "int"})
         reservation = {
             "reservation_id": reservation_id, "user_id": user_id, "origin": origin, "destination": destination,
             "flight_type": check_literal("flight_type", flight_type, ("one_way", "round_trip")),
             "cabin": check_literal("cabin", cabin, CABINS), "flights": [], "passengers": passengers,
-            "payment_history": payments, "created_at": NOW,
-            "total_baggages": make_record("Reservation", {"n": total_baggages}, {"n": "int"})["n"],
-            "nonfree_baggages": make_record("Reservation", {"n": nonfree_baggages}, {"n": "int"})["n"],
+            "payment_history": payments, "created_at": NOW, **bags,
             "insurance": check_literal("insurance", insurance, ("yes", "no")), "status": None,
         }
         n = len(passengers)

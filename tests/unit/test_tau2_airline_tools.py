@@ -50,6 +50,7 @@ def test_book_reservation_error_branches(env):
     fails(env, "book_reservation", "cabin", **booking(cabin="first"))
     fails(env, "book_reservation", "flight_type", **booking(flight_type="multi_city"))
     fails(env, "book_reservation", "insurance", **booking(insurance="maybe"))
+    fails(env, "book_reservation", "nonfree_baggages", **booking(nonfree_baggages="one"))
     fails(env, "book_reservation", "Flight HAT999 not found", **booking(flights=[{"flight_number": "HAT999", "date": "2024-05-20"}]))
     fails(env, "book_reservation", "Flight HAT069 not found on date 2024-06-20",
           **booking(flights=[{"flight_number": "HAT069", "date": "2024-06-20"}]))
