@@ -1,0 +1,416 @@
+"""The learner: a DeepSpeed engine (or a plain torch loop) over a Hugging Face causal LM.
+
+``Learner`` is a plain class; the algorithm wraps it with ``ray.remote``. One ``update``
+call is one optimiser step over a list of samples, micro-batched by a padded-token budget
+with gradient accumulation. Losses live in ``rti_actors.losses``.
+
+Data parallelism: each rank is one Learner (config ``rank``, ``world_size``, ``master_addr``,
+``master_port``) that receives its own shard of the samples. Loss normalisers (tokens or
+sequences) and the number of micro-batches are agreed across ranks before the first forward,
+so the result equals one rank holding the whole batch. ``update``, ``get_weights``, ``save``,
+``load`` and ``export_hf`` are collective under DeepSpeed with world_size > 1: call them on
+every rank.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import socket
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from rti_actors.losses import GSPO_CLIP_EPS, add_stats, finish_stats, grpo_loss, gspo_loss, token_logprobs
+
+DEFAULTS = {
+    "algorithm": "grpo",            # "grpo" | "gspo" | "rti" (rti trains with the grpo loss)
+    "lr": 1e-6,
+    "weight_decay": 0.1,
+    "betas": (0.9, 0.999),
+    "clip_eps": 0.2,
+    "gspo_clip_eps": GSPO_CLIP_EPS,  # float (symmetric) or (low, high)
+    "temperature": 0.8,             # the rollout temperature behaviour log-probs were taken at
+    "zero_stage": 0,
+    "micro_batch_tokens": 4096,     # padded tokens (rows x longest row) per micro-batch
+    "grad_clip": 1.0,
+    "seed": 0,
+    "dtype": None,                  # None: "bfloat16" on GPU, "float32" on CPU
+    "backend": "deepspeed",         # "deepspeed" | "torch"
+    "gradient_checkpointing": False,
+    "rank": 0,
+    "world_size": 1,
+    "master_addr": "127.0.0.1",
+    "master_port": None,            # None: a free port (world_size 1 only)
+}
+ALGORITHMS = ("grpo", "gspo", "rti")
+SAMPLE_KEYS = ("ids", "loss_mask", "behaviour_logprobs", "token_weight", "advantage")
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_CHECKPOINT_TAG = "learner"
+
+
+def estimate_memory_gib(model_path: str, zero_stage: int = 0, dtype: str = "float32", world_size: int = 1) -> float:
+    """Per-rank GiB of model states: parameters, gradients and AdamW states.
+
+    Activations are not included (they scale with ``micro_batch_tokens``). Mixed precision
+    and ZeRO keep an fp32 master copy beside the working weights; ZeRO stage 1 partitions
+    the optimiser states over ranks, stage 2 also the gradients, stage 3 also the weights.
+    The parameter count comes from the config on the meta device (no weights are read).
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(model_path)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    n = sum(p.numel() for p in model.parameters())  # parameters() skips tied duplicates
+    width = torch.finfo(_DTYPES[dtype]).bits // 8
+    master = 4 if (width != 4 or zero_stage >= 1) else 0
+    params, grads, optim = n * width, n * width, n * (8 + master)  # Adam: exp_avg, exp_avg_sq
+    if zero_stage >= 1:
+        optim /= world_size
+    if zero_stage >= 2:
+        grads /= world_size
+    if zero_stage >= 3:
+        params /= world_size
+    return (params + grads + optim) / 2**30
+
+
+def micro_batches(lengths: list[int], budget: int) -> list[list[int]]:
+    """Group sample indices so that rows x longest row <= budget (a longer sample goes alone).
+
+    Sorting by length keeps padding low; the order is deterministic, so both backends and a
+    restored learner accumulate gradients in the same order.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    groups: list[list[int]] = []
+    for i in order:
+        if groups and (len(groups[-1]) + 1) * lengths[groups[-1][0]] <= budget:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
+def check_samples(samples: list[dict]) -> None:
+    if not samples:
+        raise ValueError("update() needs at least one sample")
+    for k, s in enumerate(samples):
+        missing = [key for key in SAMPLE_KEYS if key not in s]
+        if missing:
+            raise ValueError(f"sample {k} lacks {missing}; each sample needs {list(SAMPLE_KEYS)}")
+        n = len(s["ids"])
+        bad = [key for key in ("loss_mask", "behaviour_logprobs", "token_weight") if len(s[key]) != n]
+        if bad:
+            raise ValueError(f"sample {k}: {bad} must have one entry per id ({n} ids)")
+        if n and s["loss_mask"][0]:
+            raise ValueError(f"sample {k}: loss_mask[0] is 1, but the first token has no context to be "
+                             "predicted from; trajectories start with prompt tokens (mask 0)")
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rng_state() -> dict:
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class Learner:
+    """Holds the trainable policy; ``update`` does one optimiser step on a list of samples."""
+
+    def __init__(self, model_path: str, config: dict | None = None):
+        unknown = set(config or {}) - set(DEFAULTS)
+        if unknown:
+            raise ValueError(f"unknown learner config keys {sorted(unknown)}; known: {sorted(DEFAULTS)}")
+        self.config = {**DEFAULTS, **(config or {})}
+        c = self.config
+        if c["algorithm"] not in ALGORITHMS:
+            raise ValueError(f"unknown algorithm {c['algorithm']!r}; choose one of {ALGORITHMS}")
+        if c["backend"] not in ("deepspeed", "torch"):
+            raise ValueError(f"unknown learner backend {c['backend']!r}; choose 'deepspeed' or 'torch'")
+        if c["zero_stage"] not in (0, 1, 2, 3):
+            raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {c['zero_stage']!r}")
+        if c["backend"] == "torch" and c["world_size"] != 1:
+            raise ValueError("the torch learner backend runs on one process; use backend='deepspeed' for world_size > 1")
+        cuda = torch.cuda.is_available()
+        c["dtype"] = c["dtype"] or ("bfloat16" if cuda else "float32")
+        if c["dtype"] not in _DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {c['dtype']!r}")
+        self.model_path = model_path
+        self.step = 0
+        self.world_size, self.rank = int(c["world_size"]), int(c["rank"])
+        random.seed(c["seed"])
+        np.random.seed(c["seed"])
+        torch.manual_seed(c["seed"])
+
+        if c["backend"] == "deepspeed":
+            self._init_distributed(cuda)
+        self.device = torch.device(f"cuda:{torch.cuda.current_device()}" if cuda else "cpu")
+
+        from transformers import AutoModelForCausalLM
+
+        # The torch backend keeps fp32 weights and autocasts (plain AdamW on bf16 weights
+        # would round lr-1e-6 updates away); DeepSpeed casts to bf16 itself and keeps an
+        # fp32 master copy in its optimiser.
+        load_dtype = _DTYPES[c["dtype"]] if c["backend"] == "deepspeed" else torch.float32
+        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=load_dtype)
+        if c["gradient_checkpointing"]:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.train()
+        self.pad_id = model.config.pad_token_id if model.config.pad_token_id is not None else 0
+        optimizer = torch.optim.AdamW(self._param_groups(model), lr=c["lr"], betas=tuple(c["betas"]))
+
+        if c["backend"] == "deepspeed":
+            import deepspeed
+
+            self.engine, self.optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer,
+                                                                     config=self._ds_config())
+            self.module = self.engine.module
+        else:
+            self.engine = None
+            self.module = model.to(self.device)
+            self.optimizer = optimizer
+
+    # ---- setup --------------------------------------------------------------------------
+    def _param_groups(self, model) -> list[dict]:
+        # Decay matrices only: decaying norm gains and biases is the usual mistake that
+        # slowly shrinks a pretrained model's activations.
+        decay, no_decay = [], []
+        for p in model.parameters():
+            if p.requires_grad:
+                (decay if p.ndim >= 2 else no_decay).append(p)
+        return [{"params": decay, "weight_decay": self.config["weight_decay"]},
+                {"params": no_decay, "weight_decay": 0.0}]
+
+    def _init_distributed(self, cuda: bool) -> None:
+        c = self.config
+        if self.world_size > 1 and c["master_port"] is None and "MASTER_PORT" not in os.environ:
+            raise ValueError("world_size > 1 needs the same master_addr/master_port on every rank")
+        os.environ.setdefault("RANK", str(self.rank))
+        os.environ.setdefault("WORLD_SIZE", str(self.world_size))
+        os.environ.setdefault("LOCAL_RANK", str(self.rank % max(torch.cuda.device_count(), 1) if cuda else 0))
+        os.environ.setdefault("MASTER_ADDR", c["master_addr"])
+        os.environ.setdefault("MASTER_PORT", str(c["master_port"] or _free_port()))
+        # DeepSpeed JIT-compiles a shared-memory comm op on its first initialise (~30 s):
+        # keep the build in the project cache so later processes just load it.
+        if "TORCH_EXTENSIONS_DIR" not in os.environ:
+            from policies.models import cache_dir
+            os.environ["TORCH_EXTENSIONS_DIR"] = str(cache_dir() / "torch_extensions")
+        if cuda:
+            # Under Ray each actor usually sees exactly one GPU, whatever its rank.
+            local = int(os.environ["LOCAL_RANK"])
+            torch.cuda.set_device(local if local < torch.cuda.device_count() else 0)
+        import deepspeed
+        deepspeed.init_distributed(dist_backend="nccl" if cuda else "gloo", auto_mpi_discovery=False)
+
+    def _ds_config(self) -> dict:
+        c = self.config
+        zero = {"stage": c["zero_stage"]}
+        if c["zero_stage"] == 3:
+            # Small models would otherwise keep many parameters persistent on every rank,
+            # which is fine; large ones need prefetching bounded so memory stays flat.
+            zero.update({"stage3_prefetch_bucket_size": 5e7, "stage3_param_persistence_threshold": 1e5})
+        return {
+            # Batch sizes are bookkeeping only: update() drives accumulation itself with
+            # set_gradient_accumulation_boundary, so the micro-batch count may vary per call.
+            "train_micro_batch_size_per_gpu": 1,
+            "gradient_accumulation_steps": 1,
+            "train_batch_size": self.world_size,
+            "gradient_clipping": c["grad_clip"],
+            "zero_optimization": zero,
+            "bf16": {"enabled": c["dtype"] == "bfloat16"},
+            "fp16": {"enabled": c["dtype"] == "float16"},
+            "zero_allow_untested_optimizer": True,
+            "steps_per_print": 2**62,
+            "wall_clock_breakdown": False,
+        }
+
+    # ---- training -----------------------------------------------------------------------
+    def _all_reduce(self, values: list[float], op: str = "sum") -> list[float]:
+        if self.world_size == 1:
+            return values
+        import torch.distributed as dist
+        t = torch.tensor(values, dtype=torch.float64 if self.device.type == "cpu" else torch.float32,
+                         device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX)
+        return t.tolist()
+
+    def _tensors(self, samples: list[dict]) -> dict:
+        width = max(len(s["ids"]) for s in samples)
+        n = len(samples)
+        ids = torch.full((n, width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((n, width), dtype=torch.bool)
+        blp = torch.zeros((n, width), dtype=torch.float32)
+        tw = torch.ones((n, width), dtype=torch.float32)
+        for i, s in enumerate(samples):
+            k = len(s["ids"])
+            ids[i, :k] = torch.tensor(s["ids"], dtype=torch.long)
+            mask[i, :k] = torch.tensor(s["loss_mask"], dtype=torch.bool)
+            blp[i, :k] = torch.tensor(s["behaviour_logprobs"], dtype=torch.float32)
+            tw[i, :k] = torch.tensor(s["token_weight"], dtype=torch.float32)
+        adv = torch.tensor([float(s["advantage"]) for s in samples], dtype=torch.float32)
+        return {k: v.to(self.device) for k, v in
+                {"ids": ids, "mask": mask, "blp": blp, "tw": tw, "adv": adv}.items()}
+
+    def _forward_logprobs(self, ids: torch.Tensor) -> torch.Tensor:
+        # Right padding with a causal mask: real tokens never attend to the pads after them,
+        # so no attention mask is needed (and SDPA keeps its fast causal path).
+        model = self.engine if self.engine is not None else self.module
+        autocast = (self.engine is None and self.device.type == "cuda" and self.config["dtype"] != "float32")
+        with torch.autocast(self.device.type, dtype=_DTYPES[self.config["dtype"]], enabled=autocast):
+            logits = model(input_ids=ids, use_cache=False).logits
+        return token_logprobs(logits, ids, self.config["temperature"])
+
+    def _loss(self, batch: dict, normaliser: float):
+        logp = self._forward_logprobs(batch["ids"])
+        if self.config["algorithm"] == "gspo":
+            return gspo_loss(logp, batch["blp"], batch["adv"], batch["tw"], batch["mask"],
+                             clip_eps=self.config["gspo_clip_eps"], num_sequences=normaliser)
+        return grpo_loss(logp, batch["blp"], batch["adv"], batch["tw"], batch["mask"],
+                         clip_eps=self.config["clip_eps"], num_tokens=normaliser)
+
+    def update(self, samples: list[dict]) -> dict:
+        """One optimiser step on ``samples`` (this rank's shard); returns metrics."""
+        t0 = time.perf_counter()
+        check_samples(samples)
+        c = self.config
+        groups = micro_batches([len(s["ids"]) for s in samples], c["micro_batch_tokens"])
+        tokens = sum(sum(1 for m in s["loss_mask"] if m) for s in samples)
+        seqs = sum(1 for s in samples if any(s["loss_mask"]))
+        tokens, seqs = self._all_reduce([float(tokens), float(seqs)])
+        (n_micro,) = self._all_reduce([float(len(groups))], op="max")
+        normaliser = seqs if c["algorithm"] == "gspo" else tokens
+        # DeepSpeed averages gradients over ranks; the loss is a sum over the global batch
+        # divided by the global normaliser, so each rank's share is scaled back up.
+        scale = float(self.world_size)
+
+        totals: dict = {}
+        loss_sum = 0.0
+        for k in range(int(n_micro)):
+            last = k == int(n_micro) - 1
+            if self.engine is not None:
+                self.engine.set_gradient_accumulation_boundary(last)
+            if k < len(groups):
+                loss, stats = self._loss(self._tensors([samples[i] for i in groups[k]]), normaliser)
+                add_stats(totals, stats)
+            else:
+                # This rank ran out of micro-batches: a zero-loss pass keeps the collective
+                # gathers/reductions of ZeRO in step with the other ranks.
+                loss, _ = self._loss(self._tensors([samples[0]]), normaliser)
+                loss = loss * 0.0
+            loss_sum += float(loss.detach())
+            if self.engine is not None:
+                self.engine.backward(loss * scale)
+            else:
+                (loss * scale).backward()
+
+        grad_norm = self._optimizer_step()
+        self.step += 1
+        summed = self._all_reduce([loss_sum] + [totals.get(k, 0.0) for k in
+                                                ("loss_tokens", "clipped", "clip_units", "ratio_sum", "kl_sum")])
+        totals = dict(zip(("loss_tokens", "clipped", "clip_units", "ratio_sum", "kl_sum"), summed[1:]))
+        seconds = time.perf_counter() - t0
+        processed = sum(len(s["ids"]) for s in samples)
+        return {"loss": summed[0], **finish_stats(totals), "grad_norm": grad_norm,
+                "num_tokens": int(tokens), "num_samples": len(samples), "num_micro_batches": len(groups),
+                "step": self.step, "lr": float(self.optimizer.param_groups[0]["lr"]),
+                "seconds": seconds, "tokens_per_s": processed * self.world_size / seconds}
+
+    def _optimizer_step(self) -> float:
+        c = self.config
+        if self.engine is None:
+            norm = torch.nn.utils.clip_grad_norm_(self.module.parameters(), c["grad_clip"] if c["grad_clip"] > 0
+                                                  else float("inf"))
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            return float(norm)
+        # Stage 0 in fp32 uses the client AdamW directly, which does not record the norm.
+        own_norm = None
+        if c["zero_stage"] == 0 and c["dtype"] == "float32":
+            grads = [p.grad for p in self.module.parameters() if p.grad is not None]
+            own_norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
+        self.engine.step()
+        norm = self.engine.get_global_grad_norm()
+        return float(norm) if norm is not None else float(own_norm if own_norm is not None else "nan")
+
+    # ---- weights and checkpoints --------------------------------------------------------
+    @torch.no_grad()
+    def get_weights(self) -> dict[str, torch.Tensor]:
+        """Full weights as CPU tensors under HF parameter names (tied duplicates omitted)."""
+        out = {}
+        zero3 = self.engine is not None and self.config["zero_stage"] == 3
+        for name, p in self.module.named_parameters():
+            if zero3:
+                import deepspeed
+                # One parameter at a time, so the gathered copy never exceeds one tensor.
+                with deepspeed.zero.GatheredParameters([p], modifier_rank=None):
+                    out[name] = p.detach().to("cpu", copy=True)
+            else:
+                out[name] = p.detach().to("cpu", copy=True)
+        return out
+
+    def save(self, path: str) -> str:
+        """Model, optimiser, step and RNG states, so that ``load`` then ``update`` continues exactly."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        state = {"step": self.step, "rng": _rng_state()}
+        if self.engine is not None:
+            self.engine.save_checkpoint(str(path), tag=_CHECKPOINT_TAG, client_state=state, save_latest=False)
+        else:
+            torch.save({**state, "model": self.module.state_dict(), "optimizer": self.optimizer.state_dict()},
+                       path / "torch_learner.pt")
+        if self.rank == 0:
+            meta = {"backend": self.config["backend"], "zero_stage": self.config["zero_stage"],
+                    "world_size": self.world_size, "step": self.step, "model_path": self.model_path}
+            (path / "learner.json").write_text(json.dumps(meta, indent=2))
+        return str(path)
+
+    def load(self, path: str) -> int:
+        """Restore a ``save`` of a learner with the same backend; returns the step."""
+        path = Path(path)
+        meta_file = path / "learner.json"
+        if not meta_file.is_file():
+            raise FileNotFoundError(f"{path} is not a learner checkpoint (no learner.json)")
+        meta = json.loads(meta_file.read_text())
+        if meta["backend"] != self.config["backend"]:
+            raise ValueError(f"checkpoint {path} was saved by the {meta['backend']!r} backend; "
+                             f"load it with learner backend={meta['backend']!r}")
+        if self.engine is not None:
+            loaded, state = self.engine.load_checkpoint(str(path), tag=_CHECKPOINT_TAG, load_optimizer_states=True,
+                                                        load_lr_scheduler_states=False)
+            if loaded is None:
+                raise FileNotFoundError(f"DeepSpeed found no checkpoint '{_CHECKPOINT_TAG}' under {path}")
+        else:
+            state = torch.load(path / "torch_learner.pt", map_location=self.device, weights_only=False)
+            self.module.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+        self.step = int(state["step"])
+        _set_rng_state(state["rng"])
+        return self.step
+
+    def export_hf(self, path: str) -> str:
+        """A plain HF folder (weights, config, tokenizer) that transformers and vLLM load."""
+        from transformers import AutoTokenizer
+
+        weights = self.get_weights()
+        if self.rank == 0:
+            Path(path).mkdir(parents=True, exist_ok=True)
+            self.module.save_pretrained(path, state_dict=weights)
+            AutoTokenizer.from_pretrained(self.model_path).save_pretrained(path)
+        return str(path)

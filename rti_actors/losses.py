@@ -1,0 +1,126 @@
+"""Policy-gradient losses of the learner: token log-probs, GRPO (PPO-clip) and GSPO.
+
+Pure torch. Every tensor is ``[batch, length]`` and aligned with the token ids: position
+``t`` holds the quantity for token ``t``, predicted from position ``t - 1`` (position 0 never
+has loss). ``mask`` is the loss mask (1 only on policy-generated tokens).
+
+Both losses take the *global* normaliser (loss tokens for GRPO, sequences for GSPO) so that
+splitting a batch into micro-batches and summing their losses gives exactly the loss of
+the whole batch. They return the loss and a dict of *sums* (clipped units, ratio, approx
+KL, counts) that the caller adds up over micro-batches and divides once (``finish_stats``).
+No KL penalty and no entropy bonus (RTI_SPEC section 9).
+"""
+
+from __future__ import annotations
+
+import torch
+
+# GSPO paper (Zheng et al., 2025) defaults: sequence ratios are length-normalised, so they
+# stay within a few 1e-4 of 1 and the clip range is correspondingly tiny (low, high).
+GSPO_CLIP_EPS = (3e-4, 4e-4)
+
+
+def token_logprobs(logits: torch.Tensor, ids: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """log p(ids[:, t] | ids[:, <t]) at ``temperature``, aligned with ``ids`` (column 0 is 0).
+
+    The temperature is the rollout's, so the ratio against the behaviour log-probs (computed
+    by the engine from ``logits / T``) is 1 for unchanged weights. Computed in float32 as
+    gathered logit minus logsumexp, which never materialises a second vocab-sized tensor.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0 to score tokens, got {temperature}")
+    scaled = logits[:, :-1].float() / temperature
+    target = ids[:, 1:]
+    picked = scaled.gather(-1, target.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(scaled, dim=-1)
+    return torch.cat([torch.zeros_like(picked[:, :1]), picked], dim=1)
+
+
+def _masked_log_ratio(logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    # Off-mask positions get log-ratio 0 (ratio 1), so nothing there can overflow, and the
+    # final torch.where gives them zero gradient.
+    return torch.where(mask, logp - behaviour_logp, torch.zeros_like(logp))
+
+
+def _clipped_surrogate(ratio: torch.Tensor, adv: torch.Tensor, eps_low: float, eps_high: float):
+    """Per-element PPO-clip loss and whether the clipped branch was the one taken."""
+    unclipped = -ratio * adv
+    clipped = -torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * adv
+    return torch.maximum(unclipped, clipped), clipped > unclipped
+
+
+def grpo_loss(logp: torch.Tensor, behaviour_logp: torch.Tensor, advantages: torch.Tensor,
+              token_weight: torch.Tensor, mask: torch.Tensor, clip_eps: float = 0.2,
+              num_tokens: float | None = None) -> tuple[torch.Tensor, dict]:
+    """PPO-clip per token, token-mean over all loss tokens of the (global) batch.
+
+    ratio_t = exp(logp_t - behaviour_logp_t); A_t = advantage_seq * token_weight_t;
+    loss = sum over loss tokens of -min(ratio_t A_t, clip(ratio_t, 1 - eps, 1 + eps) A_t),
+    divided by ``num_tokens`` (default: this batch's loss tokens).
+    """
+    mask = mask.bool()
+    n = float(mask.sum()) if num_tokens is None else float(num_tokens)
+    log_ratio = _masked_log_ratio(logp, behaviour_logp, mask)
+    ratio = torch.exp(log_ratio)
+    adv = advantages[:, None].to(logp.dtype) * token_weight.to(logp.dtype)
+    per_token, was_clipped = _clipped_surrogate(ratio, adv, clip_eps, clip_eps)
+    loss = torch.where(mask, per_token, torch.zeros_like(per_token)).sum() / max(n, 1.0)
+    with torch.no_grad():
+        stats = {"loss_tokens": float(mask.sum()),
+                 "clipped": float((was_clipped & mask).sum()),
+                 "clip_units": float(mask.sum()),
+                 "ratio_sum": float(ratio[mask].sum()),
+                 "kl_sum": float((-log_ratio)[mask].sum())}
+    return loss, stats
+
+
+def gspo_loss(logp: torch.Tensor, behaviour_logp: torch.Tensor, advantages: torch.Tensor,
+              token_weight: torch.Tensor, mask: torch.Tensor, clip_eps=GSPO_CLIP_EPS,
+              num_sequences: float | None = None) -> tuple[torch.Tensor, dict]:
+    """GSPO with sequence-level, length-normalised ratios and sequence-level clipping.
+
+    s_i = exp(mean over sequence i's loss tokens of (logp - behaviour_logp)). Per token the
+    surrogate uses s_i,t = sg(s_i) * exp(logp_t - sg(logp_t)) (GSPO-token): its value is s_i,
+    so clipping is decided per sequence, but its gradient is s_i * grad(logp_t), which lets
+    each token carry its own advantage A_i * token_weight_t. Aggregation: mean over each
+    sequence's loss tokens, then sum over sequences divided by ``num_sequences`` (default:
+    sequences in this batch with at least one loss token). ``clip_eps`` is a float
+    (symmetric) or a (low, high) pair.
+    """
+    eps_low, eps_high = (clip_eps, clip_eps) if isinstance(clip_eps, (int, float)) else tuple(clip_eps)
+    mask = mask.bool()
+    lengths = mask.sum(dim=1)
+    has_loss = lengths > 0
+    n = float(has_loss.sum()) if num_sequences is None else float(num_sequences)
+    log_ratio = _masked_log_ratio(logp, behaviour_logp, mask)
+    seq_log_ratio = log_ratio.sum(dim=1) / lengths.clamp(min=1)
+    seq_ratio = torch.exp(seq_log_ratio).detach()
+    ratio = seq_ratio[:, None] * torch.exp(logp - logp.detach())
+    adv = advantages[:, None].to(logp.dtype) * token_weight.to(logp.dtype)
+    per_token, was_clipped = _clipped_surrogate(ratio, adv, eps_low, eps_high)
+    per_token = torch.where(mask, per_token, torch.zeros_like(per_token))
+    loss = (per_token.sum(dim=1) / lengths.clamp(min=1)).sum() / max(n, 1.0)
+    with torch.no_grad():
+        # Positive token weights keep every token of a sequence on the same side of the
+        # clip, so "clipped" is a per-sequence count, like the GSPO paper reports it.
+        seq_clipped = (was_clipped & mask).any(dim=1) & has_loss
+        stats = {"loss_tokens": float(mask.sum()),
+                 "clipped": float(seq_clipped.sum()),
+                 "clip_units": float(has_loss.sum()),
+                 "ratio_sum": float(seq_ratio[has_loss].sum()),
+                 "kl_sum": float((-log_ratio)[mask].sum())}
+    return loss, stats
+
+
+def finish_stats(totals: dict) -> dict:
+    """Turn summed stats into metrics: clip_frac (of tokens for GRPO, of sequences for GSPO),
+    mean ratio (over the same units), approx_kl (mean of behaviour_logp - logp over tokens)."""
+    units, tokens = max(totals.get("clip_units", 0.0), 1.0), max(totals.get("loss_tokens", 0.0), 1.0)
+    return {"clip_frac": totals.get("clipped", 0.0) / units,
+            "ratio_mean": totals.get("ratio_sum", 0.0) / units if totals.get("clip_units") else 1.0,
+            "approx_kl": totals.get("kl_sum", 0.0) / tokens}
+
+
+def add_stats(totals: dict, stats: dict) -> dict:
+    for k, v in stats.items():
+        totals[k] = totals.get(k, 0.0) + v
+    return totals
