@@ -7,8 +7,11 @@ orchestration with a simulated user, and τ²'s reward. See ``env.py`` for the e
 
 from envs.tau2.data import Tau2Data, Tau2DataError, resolve_data_dir
 from envs.tau2.env import Tau2AirlineEnv, Tau2Env, Tau2RetailEnv, Tau2TelecomEnv
+from envs.tau2.evaluator import is_success, pass_hat_k
+from envs.tau2.judge import LLMJudge
 from envs.tau2.llm_user import LLMUser, OpenAIChatClient
 from envs.tau2.users import ScriptedUser, UserContext, UserSimulator
 
 __all__ = ["Tau2AirlineEnv", "Tau2Env", "Tau2RetailEnv", "Tau2TelecomEnv", "Tau2Data", "Tau2DataError",
-           "resolve_data_dir", "LLMUser", "OpenAIChatClient", "ScriptedUser", "UserContext", "UserSimulator"]
+           "resolve_data_dir", "is_success", "pass_hat_k", "LLMJudge", "LLMUser", "OpenAIChatClient",
+           "ScriptedUser", "UserContext", "UserSimulator"]

@@ -49,13 +49,19 @@ def build_environment(data: Tau2Data, domain: str, solo: bool = False) -> Tau2En
     raise ValueError(f"unknown τ² domain {domain!r}; choose one of {DOMAINS}")
 
 
-def policy_text(data: Tau2Data, domain: str, solo: bool = False) -> str:
-    """The policy shown to the agent (README §1; telecom.md §1)."""
+def policy_text(data: Tau2Data, domain: str, solo: bool = False, tech_support: str = "manual") -> str:
+    """The policy shown to the agent (README §1; telecom.md §1). ``tech_support`` picks the
+    telecom variant: ``"manual"`` (the paper's) or ``"workflow"`` (upstream's telecom-workflow)."""
     if domain in ("airline", "retail"):
         if solo:
             raise ValueError(f"the {domain} domain has no solo mode (only telecom does)")
         return data.text(f"domains/{domain}/policy.md")
+    if tech_support not in ("manual", "workflow"):
+        raise ValueError(f"tech_support must be 'manual' or 'workflow', got {tech_support!r}")
     main = data.text("domains/telecom/main_policy_solo.md" if solo else "domains/telecom/main_policy.md")
-    manual = data.text("domains/telecom/tech_support_manual.md")
+    second = {"manual": "tech_support_manual.md",
+              "workflow": "tech_support_workflow_solo.md" if solo else "tech_support_workflow.md"}[tech_support]
+    if not (data.root / "domains/telecom" / second).is_file():
+        raise FileNotFoundError(f"the telecom {tech_support} policy needs {data.root / 'domains/telecom' / second}")
     return (f"<main_policy>\n{main}\n</main_policy>\n"
-            f"<tech_support_policy>\n{manual}\n</tech_support_policy>")
+            f"<tech_support_policy>\n{data.text('domains/telecom/' + second)}\n</tech_support_policy>")

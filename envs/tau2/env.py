@@ -12,7 +12,8 @@ error limit, never as exceptions.
 env_config (besides ``ToolEnv``'s): ``data_dir``; ``user`` = ``"scripted"`` (default,
 deterministic, NOT faithful), ``"llm"`` (needs ``user_chat_fn``), ``"endpoint"`` (needs
 ``user_endpoint`` = kwargs of ``OpenAIChatClient``) or a ``UserSimulator``; ``solo``
-(telecom only: no user, the agent holds both tool sets and the ticket); ``max_turns``
+(telecom only: no user, the agent holds both tool sets and the ticket); ``tech_support``
+(telecom: ``"manual"``, the paper's policy, or ``"workflow"``); ``max_turns``
 (agent turns, default 30 as in the paper), ``max_steps`` (τ² steps, default 200),
 ``max_errors`` (default 10); ``nl_judge`` (only for tasks scored with NL assertions).
 """
@@ -55,7 +56,7 @@ class Tau2Env(ToolEnv):
     # τ² has no output truncation or per-turn call limit, so ToolEnv's keys for those are
     # not used; max_turns caps agent turns (the paper's 30), max_steps/max_errors are τ²'s.
     DEFAULT_CONFIG = {"split": "train", "max_turns": 30, "max_steps": 200, "max_errors": 10,
-                      "user": "scripted", "solo": False, "data_dir": None}
+                      "user": "scripted", "solo": False, "data_dir": None, "tech_support": "manual"}
 
     def __init__(self, env_config: dict | None = None, render_mode: str | None = None):
         super().__init__(env_config, render_mode)
@@ -92,7 +93,7 @@ class Tau2Env(ToolEnv):
         raw = self.data.tasks(self.DOMAIN)[task_id]
         solo = self.config["solo"]
         self.tau = build_environment(self.data, self.DOMAIN, solo=solo)
-        policy = policy_text(self.data, self.DOMAIN, solo=solo)
+        policy = policy_text(self.data, self.DOMAIN, solo=solo, tech_support=self.config["tech_support"])
         tools = self.tau.agent.llm_tools()
         if solo:
             tools += self.tau.user.llm_tools() + [DONE_TOOL]

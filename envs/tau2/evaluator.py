@@ -11,6 +11,7 @@ memoised per task because they never change.
 from __future__ import annotations
 
 import functools
+import math
 from typing import Callable
 
 from envs.tau2.data import Tau2Data
@@ -137,3 +138,14 @@ def evaluate(data: Tau2Data, domain: str, task: dict, trajectory: list[dict], te
 
 def is_success(reward: float) -> bool:
     return 1 - 1e-6 <= reward <= 1 + 1e-6
+
+
+def pass_hat_k(rewards_per_task: dict[str, list[float]], k: int) -> float:
+    """README §9.8: mean over tasks of C(successes, k) / C(trials, k)."""
+    scores = []
+    for task_id, rewards in rewards_per_task.items():
+        if len(rewards) < k:
+            raise ValueError(f"task {task_id} has {len(rewards)} trials, fewer than k={k}")
+        successes = sum(is_success(r) for r in rewards)
+        scores.append(math.comb(successes, k) / math.comb(len(rewards), k))
+    return sum(scores) / len(scores)

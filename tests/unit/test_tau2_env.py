@@ -194,3 +194,18 @@ def test_unknown_task_and_config_errors():
         make("airline", user="llm")
     with pytest.raises(ValueError, match="env_config\\['user'\\]"):
         make("airline", user="gpt")
+
+
+def test_telecom_policy_variants():
+    manual = make("telecom")
+    manual.reset(options={"task_id": manual.task_ids("base")[0]})
+    prompt = manual.messages[0]["content"]
+    assert prompt.startswith("<instructions>\nYou are a customer service agent")
+    assert "\n</instructions>\n<policy>\n<main_policy>\n" in prompt and prompt.endswith("</tech_support_policy>\n</policy>")
+    assert manual.data.text("domains/telecom/tech_support_manual.md") in prompt
+    workflow = make("telecom", tech_support="workflow")
+    workflow.reset(options={"task_id": workflow.task_ids("base")[0]})
+    assert workflow.data.text("domains/telecom/tech_support_workflow.md") in workflow.messages[0]["content"]
+    airline = make("airline")
+    airline.reset(options={"task_id": "0"})
+    assert airline.messages[0]["content"].endswith(airline.data.text("domains/airline/policy.md") + "\n</policy>")

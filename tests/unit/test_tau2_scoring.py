@@ -10,7 +10,8 @@ import pytest
 from envs.tau2.data import Tau2Data
 from envs.tau2.domains import build_environment
 from envs.tau2.environment import Tau2Environment
-from envs.tau2.evaluator import action_met, communicate_met, evaluate
+from envs.tau2.evaluator import action_met, communicate_met, evaluate, pass_hat_k
+from envs.tau2.judge import LLMJudge
 
 DATA_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "tau2"
 pytestmark = pytest.mark.skipif(not (DATA_DIR / "domains").is_dir(), reason=f"τ² data not found at {DATA_DIR}")
@@ -135,3 +136,26 @@ def test_nl_assertions_go_through_the_optional_judge(data):
     assert seen[0] == (2, ["a", "b"])
     with pytest.raises(ValueError, match="nl_judge"):
         evaluate(data, "retail", task, said, "user_stop", env)
+
+
+def test_llm_judge_reads_json_and_fails_closed():
+    sent = []
+
+    def chat(messages):
+        sent.append(messages)
+        return 'Sure: {"results": [{"expectedOutcome": "a", "reasoning": "r", "metExpectation": true}, ' \
+               '{"expectedOutcome": "b", "reasoning": "r", "metExpectation": false}]}'
+
+    said = [dict(GREETING), {"role": "user", "content": "bye", "tool_calls": []}]
+    assert LLMJudge(chat)(said, ["a", "b"]) == [True, False]
+    assert "assistant: Hi! How can I help you today?\nuser: bye" in sent[0][1]["content"]
+    assert LLMJudge(lambda m: "no idea")(said, ["a", "b"]) == [False, False]
+    assert LLMJudge(lambda m: '{"results": [{"metExpectation": true}]}')(said, ["a", "b"]) == [False, False]
+
+
+def test_pass_hat_k():
+    rewards = {"t1": [1.0, 1.0, 0.0, 1.0], "t2": [0.0, 0.0, 0.0, 1.0]}
+    assert pass_hat_k(rewards, 1) == pytest.approx((3 / 4 + 1 / 4) / 2)
+    assert pass_hat_k(rewards, 2) == pytest.approx((3 / 6 + 0) / 2)
+    with pytest.raises(ValueError, match="fewer than k"):
+        pass_hat_k(rewards, 5)
