@@ -14,6 +14,7 @@ A folder is accepted in either layout: the data root itself (``domains/``,
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import json
 import os
@@ -123,8 +124,16 @@ def resolve_data_dir(domain: str, data_dir: str | os.PathLike | None = None) -> 
     try:
         return check_data_dir(cache, domain)
     except Tau2DataError:
-        download_to_cache(cache)
-        return check_data_dir(cache, domain)
+        pass
+    # Many env runners may start at once on a fresh machine: one downloads, the others
+    # wait on the lock and then find the cache filled.
+    with open(_ensure_parent(cache) / f".{cache.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            return check_data_dir(cache, domain)
+        except Tau2DataError:
+            download_to_cache(cache)
+            return check_data_dir(cache, domain)
 
 
 class Tau2Data:

