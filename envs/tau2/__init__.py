@@ -3,6 +3,17 @@
 Implemented from the behavioural specification of τ²-Bench (Sierra Research, MIT): the
 domains' tools and data models, the telecom phone and its sync with the carrier CRM, the
 orchestration with a simulated user, and τ²'s reward. See ``env.py`` for the env_config.
+
+    import gymnasium as gym, envs
+    env = gym.make("Tau2Telecom-v0", env_config={
+        "split": "test",                       # train | test | base (| small for telecom)
+        "user": "endpoint",                    # or "llm" + user_chat_fn, or "scripted" (tests only)
+        "user_endpoint": {"base_url": "http://localhost:8000/v1", "model": "Qwen/Qwen3-8B",
+                          "api_key_env": "OPENAI_API_KEY"},
+        "data_dir": None,                      # a tau2-bench data/ folder; None = cached wheel data
+    })
+    obs, info = env.reset(seed=0)              # system prompt, greeting, the user's first message
+    obs, reward, terminated, truncated, info = env.step('<tool_call>{"name": ..., "arguments": {...}}</tool_call>')
 """
 
 from envs.tau2.data import Tau2Data, Tau2DataError, resolve_data_dir
