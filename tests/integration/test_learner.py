@@ -1,0 +1,181 @@
+"""The learner on a tiny random model: real DeepSpeed (gloo, world size 1) and the torch loop.
+
+The first DeepSpeed initialise on a machine JIT-builds a comm op (~1 min, cached under
+.cache/torch_extensions); after that each learner starts in a few seconds.
+"""
+
+import os
+import random
+
+import pytest
+import torch
+
+from rti_actors.learner import Learner
+from rti_actors.losses import token_logprobs
+
+pytestmark = pytest.mark.integration
+
+LR = 1e-3  # large, so a few steps move a tiny model measurably
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _isolated_process_group():
+    # DeepSpeed initialises torch.distributed (and its env vars) in this process; undo it
+    # afterwards so later tests in the same pytest run see a clean process.
+    keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+    saved = {k: os.environ.get(k) for k in keys}
+    yield
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+    import deepspeed.comm.comm as ds_comm
+    ds_comm.cdb = None
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def make_batch(seed=0, n=4, prompt=6, completion=10):
+    rng = random.Random(seed)
+    samples = []
+    for i in range(n):
+        length = prompt + completion + 3 * i
+        ids = [rng.randrange(200, 5000) for _ in range(length)]
+        mask = [0] * prompt + [1] * (length - prompt)
+        samples.append({"ids": ids, "loss_mask": mask,
+                        "behaviour_logprobs": [-rng.uniform(5, 12) if m else 0.0 for m in mask],
+                        "token_weight": [rng.uniform(0.8, 1.2) if m else 1.0 for m in mask],
+                        "advantage": (-1.0) ** i * (0.5 + i / 4), "policy_version": 0})
+    return samples
+
+
+def sequence_logprob(model_path, weights, sample, temperature=0.8):
+    """Sum of log-probs of the sample's loss tokens under ``weights`` (scored with transformers)."""
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    model.load_state_dict(weights, strict=False)  # tied lm_head follows the embeddings
+    ids = torch.tensor([sample["ids"]])
+    with torch.no_grad():
+        lp = token_logprobs(model(input_ids=ids).logits, ids, temperature)[0]
+    return lp, float((lp * torch.tensor(sample["loss_mask"])).sum())
+
+
+def assert_weights_close(a, b, atol):
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.allclose(a[k], b[k], rtol=0, atol=atol), (k, (a[k] - b[k]).abs().max())
+
+
+@pytest.mark.parametrize("zero_stage, algorithm", [(0, "grpo"), (2, "gspo")])
+def test_deepspeed_update_matches_torch_loop(tiny_model_path, zero_stage, algorithm):
+    batch = make_batch()
+    config = {"lr": LR, "algorithm": algorithm, "micro_batch_tokens": 48,
+              "gspo_clip_eps": 0.2}  # a wide GSPO clip: the synthetic behaviour log-probs are far off-policy
+    ds = Learner(tiny_model_path, {**config, "backend": "deepspeed", "zero_stage": zero_stage})
+    before = ds.get_weights()
+    m = ds.update(batch)
+    after = ds.get_weights()
+    assert m["step"] == ds.step == 1 and m["num_samples"] == 4 and m["num_micro_batches"] > 1
+    assert m["num_tokens"] == sum(sum(s["loss_mask"]) for s in batch)
+    for key in ("loss", "clip_frac", "approx_kl", "grad_norm", "ratio_mean", "seconds", "tokens_per_s"):
+        assert isinstance(m[key], float) and torch.isfinite(torch.tensor(m[key])), key
+    assert m["lr"] == LR and m["grad_norm"] > 0
+    changed = [k for k in before if not torch.equal(before[k], after[k])]
+    assert len(changed) == len(before)
+
+    ref = Learner(tiny_model_path, {**config, "backend": "torch"})
+    r = ref.update(batch)
+    assert m["loss"] == pytest.approx(r["loss"], rel=1e-5)
+    assert m["grad_norm"] == pytest.approx(r["grad_norm"], rel=1e-4)
+    assert m["clip_frac"] == pytest.approx(r["clip_frac"])
+    # one Adam step moves each weight by about lr; the backends agree far below that
+    assert_weights_close(after, ref.get_weights(), atol=LR * 1e-2)
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_advantage_sign_moves_sequence_logprob(tiny_model_path, sign):
+    sample = make_batch(seed=1, n=1)[0]
+    sample["token_weight"] = [1.0] * len(sample["ids"])
+    learner = Learner(tiny_model_path, {"lr": LR, "zero_stage": 0})
+    history = []
+    for _ in range(3):
+        # on-policy: behaviour log-probs are the current policy's, as the engine would report
+        lp, total = sequence_logprob(tiny_model_path, learner.get_weights(), sample)
+        history.append(total)
+        sample["behaviour_logprobs"] = (lp * torch.tensor(sample["loss_mask"])).tolist()
+        m = learner.update([{**sample, "advantage": sign}])
+        assert m["clip_frac"] == 0.0 and m["ratio_mean"] == pytest.approx(1.0, abs=1e-5)
+    history.append(sequence_logprob(tiny_model_path, learner.get_weights(), sample)[1])
+    steps = [b - a for a, b in zip(history, history[1:])]
+    assert all(sign * d > 0 for d in steps), history
+
+
+def test_masked_tokens_do_not_change_the_update(tiny_model_path, tmp_path):
+    batch = make_batch(seed=2)
+    # a masked suffix (e.g. a tool result after the last generated token), with garbage
+    # behaviour log-probs and token weights on it
+    rng = random.Random(3)
+    for s in batch:
+        s["ids"] += [rng.randrange(200, 5000) for _ in range(5)]
+        s["loss_mask"] += [0] * 5
+        s["behaviour_logprobs"] += [0.0] * 5
+        s["token_weight"] += [1.0] * 5
+    other = [dict(s) for s in batch]
+    for s in other:
+        s["ids"] = s["ids"][:-5] + [rng.randrange(200, 5000) for _ in range(5)]
+        s["behaviour_logprobs"] = s["behaviour_logprobs"][:-5] + [-30.0] * 5
+        s["token_weight"] = s["token_weight"][:-5] + [7.0] * 5
+    learner = Learner(tiny_model_path, {"lr": LR, "zero_stage": 2})
+    learner.save(tmp_path / "start")
+    m1 = learner.update(batch)
+    w1 = learner.get_weights()
+    learner.load(tmp_path / "start")
+    m2 = learner.update(other)
+    assert m1["loss"] == pytest.approx(m2["loss"], rel=1e-6)
+    assert_weights_close(w1, learner.get_weights(), atol=1e-7)
+    # the same change on a loss token does change the update (the check above can fail)
+    learner.load(tmp_path / "start")
+    changed = [dict(s) for s in batch]
+    changed[0]["ids"] = changed[0]["ids"][:-6] + [changed[0]["ids"][-6] + 1] + changed[0]["ids"][-5:]
+    learner.update(changed)
+    with pytest.raises(AssertionError):
+        assert_weights_close(w1, learner.get_weights(), atol=1e-7)
+
+
+@pytest.mark.parametrize("backend", ["deepspeed", "torch"])
+def test_save_load_update_equals_uninterrupted(tiny_model_path, tmp_path, backend):
+    config = {"lr": LR, "backend": backend, "zero_stage": 2, "seed": 7}
+    a = Learner(tiny_model_path, config)
+    a.update(make_batch(seed=4))
+    a.save(tmp_path / "ckpt")
+    ma = a.update(make_batch(seed=5))
+    b = Learner(tiny_model_path, config)
+    assert b.load(tmp_path / "ckpt") == 1
+    mb = b.update(make_batch(seed=5))
+    assert mb["step"] == ma["step"] == 2
+    assert mb["loss"] == ma["loss"] and mb["grad_norm"] == ma["grad_norm"]
+    wa, wb = a.get_weights(), b.get_weights()
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    # and the optimiser state was restored: a fresh learner on the same second batch differs
+    c = Learner(tiny_model_path, config)
+    c.update(make_batch(seed=5))
+    assert not all(torch.equal(wa[k], v) for k, v in c.get_weights().items())
+
+
+def test_export_hf_loads_with_transformers(tiny_model_path, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    learner = Learner(tiny_model_path, {"lr": LR, "zero_stage": 0})
+    learner.update(make_batch())
+    out = learner.export_hf(str(tmp_path / "hf"))
+    model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
+    tok = AutoTokenizer.from_pretrained(out)
+    assert tok.encode("hello world") == AutoTokenizer.from_pretrained(tiny_model_path).encode("hello world")
+    weights = learner.get_weights()
+    exported = dict(model.named_parameters())
+    assert weights.keys() <= exported.keys()
+    assert all(torch.equal(exported[k].detach(), v) for k, v in weights.items())
+    sample = make_batch(seed=6, n=1)[0]
+    assert sequence_logprob(out, {}, sample)[1] == pytest.approx(
+        sequence_logprob(tiny_model_path, weights, sample)[1], rel=1e-6)
