@@ -65,3 +65,10 @@ def make_env(name: str, env_config: dict | None = None) -> gym.Env:
 def register_builtin(name: str, target: str) -> None:
     BUILTIN_ENVS[name] = target
     register_env(name, _builtin_creator(target))
+
+
+def get_creator(name: str) -> Callable[[dict], gym.Env]:
+    """The creator registered under ``name`` (picklable, so env runner actors can use it)."""
+    if name not in _CREATORS:
+        raise ValueError(f"unknown environment {name!r}; registered: {list_envs()}")
+    return _CREATORS[name]

@@ -37,7 +37,7 @@ from envs.navigation.reward import judge
 from envs.navigation.task_file import FileTasks
 from envs.navigation.tasks import build_benchmark
 from envs.navigation.tools import make_tools
-from envs.navigation.wording import LANGUAGES, SYSTEM_PROMPTS, request_text
+from envs.navigation.wording import DEMONSTRATIONS, LANGUAGES, SYSTEM_PROMPTS, request_text
 
 BACKENDS = ("offline", "live")
 
@@ -87,7 +87,8 @@ class NavigationEnv(ToolEnv):
         self.routes = []
         language = self.config["language"]
         return Task(task_id, SYSTEM_PROMPTS[language], request_text(spec, language),
-                    make_tools(self.client, self.routes.append), {"spec": spec})
+                    make_tools(self.client, self.routes.append), {"spec": spec},
+                    demonstration=DEMONSTRATIONS[language])
 
     def compute_reward(self) -> tuple[float, dict]:
         return judge(self.task.data["spec"], self.routes)

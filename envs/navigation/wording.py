@@ -112,3 +112,14 @@ def request_text(task: NavTask, language: str) -> str:
         parts.append(pick(4))
     parts.append(pick("close"))
     return "".join(parts).strip()
+
+# A worked example shown to small models before the task (see envs.base.Task): one search
+# with a city qualifier, on a place that is not part of any task.
+DEMONSTRATIONS = {
+    "zh": [{"role": "user", "content": "帮我查一下北京天安门的坐标。"},
+           {"role": "assistant", "content": "",
+            "tool_calls": [{"name": "poi_search", "arguments": {"address": "天安门", "region": "北京"}}]}],
+    "en": [{"role": "user", "content": "Find the coordinates of Tiananmen in Beijing."},
+           {"role": "assistant", "content": "",
+            "tool_calls": [{"name": "poi_search", "arguments": {"address": "天安门", "region": "北京"}}]}],
+}

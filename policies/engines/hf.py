@@ -39,7 +39,9 @@ class HFEngine:
 
     # ---- generation -----------------------------------------------------------------------
     @torch.no_grad()
-    def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Generation]:
+    def generate(self, prompts: list[list[int]], sampling: SamplingParams,
+                 seeds: list[int] | None = None) -> list[Generation]:
+        """``seeds`` (one per prompt) override ``sampling.seed + i``."""
         check_prompts(prompts, self.max_model_len)
         self._calls += 1
         n = len(prompts)
@@ -49,7 +51,10 @@ class HFEngine:
         for i in range(n):
             g = torch.Generator(device=self.device)
             # unseeded requests still differ from call to call and from each other
-            g.manual_seed(sampling.seed + i if sampling.seed is not None else hash((self.seed, self._calls, i)) % 2**63)
+            if seeds is not None:
+                g.manual_seed(seeds[i])
+            else:
+                g.manual_seed(sampling.seed + i if sampling.seed is not None else hash((self.seed, self._calls, i)) % 2**63)
             gens.append(g)
 
         width = max(len(p) for p in prompts)

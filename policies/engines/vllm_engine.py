@@ -98,12 +98,14 @@ class VLLMEngine:
         return VSP(max_tokens=budget, temperature=sampling.temperature, top_p=sampling.top_p, seed=seed,
                    logprobs=0, stop_token_ids=list(sampling.stop_token_ids) or None)
 
-    def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Generation]:
+    def generate(self, prompts: list[list[int]], sampling: SamplingParams,
+                 seeds: list[int] | None = None) -> list[Generation]:
+        """``seeds`` (one per prompt) override ``sampling.seed + i``."""
         from vllm.inputs import TokensPrompt
 
         check_prompts(prompts, self.max_model_len)
         params = [self._params(sampling, generation_budget(len(p), sampling, self.max_model_len),
-                               sampling.seed + i if sampling.seed is not None else None)
+                               seeds[i] if seeds is not None else (sampling.seed + i if sampling.seed is not None else None))
                   for i, p in enumerate(prompts)]
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params, use_tqdm=False)
         results = []

@@ -1,0 +1,276 @@
+"""``Algorithm``: the actor graph and the driver loop.
+
+``train()`` reads like the recipe: pick tasks, sample G episodes per task on the env
+runners, group them, (intervene on all-fail groups: issue RTI), compute advantages, push
+the groups to the replay queue, let the learner pull and update, publish the new weights
+to every engine. Everything heavy runs in actors; the driver only moves references.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import ray
+
+from envs.registry import get_creator
+from policies.models import load_model
+from rti_actors.config import ConfigError, RTIConfig
+from rti_actors.engine_actor import EngineActor, EnginePool
+from rti_actors.env_runner import EnvRunner
+from rti_actors.groups import assign_advantages, group_by_task, is_learnable
+from rti_actors.metrics import format_table, summarize
+from rti_actors.replay import ReplayQueue
+from rti_actors.reporting import Reporter
+
+
+@contextmanager
+def _timed(times: dict, name: str):
+    t = time.perf_counter()
+    yield
+    times[name] = times.get(name, 0.0) + time.perf_counter() - t
+
+
+def _ray_cpus() -> float:
+    if not ray.is_initialized():
+        ray.init(ignore_reinit_error=True, log_to_driver=True, logging_level="WARNING",
+                 runtime_env={"env_vars": {k: v for k, v in os.environ.items() if k.startswith(("VLLM_", "RTI_", "TORCH_EXT"))}})
+    return float(ray.cluster_resources().get("CPU", 0))
+
+
+class Algorithm:
+    def __init__(self, config: RTIConfig):
+        config.validate(available_cpus=_ray_cpus())
+        self.config = config.copy()
+        self.config.freeze()
+        c = self.config
+        self.model_path = load_model(c["policy"]["model"])
+        self._check_memory()
+        self.iteration = 0
+        self.version = 0
+        self.rng = np.random.default_rng(c["debugging"]["seed"])
+        ft = c["fault_tolerance"]
+
+        # engines: generation and scoring for rollouts (and, later, the intervention roles)
+        p, r = c["policy"], c["env_runners"]
+        dtype = p["dtype"] or ("bfloat16" if p["engine"] == "vllm" else "float32")
+        engine_kwargs = {"dtype": dtype, "max_model_len": p["max_model_len"], **p["engine_kwargs"]}
+        engine_cls = ray.remote(EngineActor).options(
+            num_cpus=r["num_cpus_per_engine"], num_gpus=r["num_gpus_per_engine"],
+            max_restarts=ft["max_restarts"], max_task_retries=ft["max_task_retries"])
+        self.engines = [engine_cls.remote(p["engine"], self.model_path, engine_kwargs) for _ in range(r["num_engines"])]
+        self.pool = EnginePool(self.engines)
+
+        # env runners: each hosts num_envs_per_env_runner environments
+        env = c["environment"]["env"]
+        creator = get_creator(env) if isinstance(env, str) else env
+        runner_cls = ray.remote(EnvRunner).options(num_cpus=r["num_cpus_per_env_runner"], max_restarts=ft["max_restarts"],
+                                                   max_task_retries=0)
+        self.runners = [runner_cls.remote(creator, c["environment"]["env_config"], r["num_envs_per_env_runner"],
+                                          self.model_path, p, self.pool, i, c["debugging"]["check_drift"])
+                        for i in range(r["num_env_runners"])]
+
+        # replay queue and learner
+        from rti_actors.learner_actor import QueueLearner
+        t, lc = c["training"], c["learners"]
+        self.queue = ray.remote(ReplayQueue).options(num_cpus=0).remote(t["max_policy_lag"])
+        learner_cfg = {"algorithm": t["algorithm"], "lr": t["lr"], "weight_decay": t["weight_decay"],
+                       "clip_eps": t["clip"], "gspo_clip_eps": t["gspo_clip"], "temperature": p["temperature"],
+                       "zero_stage": lc["zero_stage"], "micro_batch_tokens": t["micro_batch_tokens"],
+                       "grad_clip": t["grad_clip"], "seed": c["debugging"]["seed"], "backend": lc["backend"],
+                       "dtype": lc["dtype"] or "float32"}
+        self.learner = ray.remote(QueueLearner).options(
+            num_cpus=lc["num_cpus_per_learner"], num_gpus=lc["num_gpus_per_learner"]).remote(self.model_path, learner_cfg)
+        ray.get([a.ping.remote() for a in self.runners + [self.learner]])
+        self.train_ids = ray.get(self.runners[0].task_ids.remote("train"))
+        if not self.train_ids:
+            raise ConfigError(f"environment {env!r} has no tasks in its 'train' split")
+
+        rep = c["reporting"]
+        name = rep["run_name"] or time.strftime("%Y%m%d-%H%M%S") + f"-{t['algorithm']}"
+        self.run_dir = Path(rep["run_dir"]).expanduser().resolve() / name
+        self.reporter = Reporter(self.run_dir, tensorboard=rep["tensorboard"])
+        (self.run_dir / "config.json").write_text(self.config.to_json())
+        self.interactive = rep["progress_bar"] if rep["progress_bar"] is not None else sys.stderr.isatty()
+
+    # ---- the driver loop ------------------------------------------------------------------
+    def train(self) -> dict:
+        c, times = self.config, {}
+        t = c["training"]
+        with _timed(times, "sample"):
+            tasks = self._pick_tasks(t["tasks_per_iteration"])
+            specs = [{"task_id": tid, "sample_index": j, "seed": c["debugging"]["seed"], "round": self.iteration,
+                      "split": "train"}
+                     for tid in tasks for j in range(t["group_size"])]
+            trajectories = self._sample(specs, self._sampling())
+        groups = group_by_task(trajectories)
+        for g in groups:
+            assign_advantages(g)
+        with _timed(times, "learn"):
+            ray.get(self.queue.put.remote(groups, self.version))
+            learn = ray.get(self.learner.pull_and_update.remote(self.queue, len(groups), self.version))
+        with _timed(times, "publish"):
+            if not learn.get("skipped"):
+                self._publish()
+        self.iteration += 1
+        metrics = self._train_metrics(trajectories, groups, learn, times)
+        self.reporter.log("train", self.iteration, metrics)
+        return metrics
+
+    def evaluate(self, split: str | None = None, num_tasks: int | None = None, method: str | None = None) -> dict:
+        """n rollouts per task, no learning, no intervention; Pass@k / Pass^k summary."""
+        e = self.config["evaluation"]
+        split = split or e["split"]
+        ids = ray.get(self.runners[0].task_ids.remote(split))
+        n_tasks = num_tasks if num_tasks is not None else e["num_tasks"]
+        ids = ids[:n_tasks] if n_tasks else ids
+        specs = [{"task_id": tid, "sample_index": j, "seed": self.config["debugging"]["seed"],
+                  "round": f"eval-{self.iteration}", "split": split}
+                 for tid in ids for j in range(e["num_samples"])]
+        sampling = self._sampling(temperature=e["temperature"])
+        t0 = time.perf_counter()
+        trajectories = self._sample(specs, sampling)
+        successes: dict[str, list[bool]] = {}
+        for tr in trajectories:
+            successes.setdefault(tr["task_id"], []).append(tr["reward"] >= 1.0)
+        summary = summarize(successes)
+        env = self.config["environment"]["env"]
+        label = method or f"{self.config['training']['algorithm']} (iter {self.iteration})"
+        summary["table"] = format_table({label: {env if isinstance(env, str) else "env": summary}})
+        summary["seconds"] = time.perf_counter() - t0
+        summary["split"] = split
+        self.reporter.log("eval", self.iteration, {k: v for k, v in summary.items() if k != "table"})
+        return summary
+
+    # ---- checkpoints ----------------------------------------------------------------------
+    def save(self, path: str | os.PathLike) -> str:
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        ray.get(self.learner.save.remote(str(path / "learner")))
+        (path / "config.json").write_text(self.config.to_json())
+        state = {"iteration": self.iteration, "version": self.version, "rng": self.rng.bit_generator.state}
+        (path / "algorithm_state.pkl").write_bytes(pickle.dumps(state))
+        return str(path)
+
+    def restore(self, path: str | os.PathLike) -> None:
+        path = Path(path)
+        saved = RTIConfig.from_dict(json.loads((path / "config.json").read_text()))
+        if saved["policy"]["model"] != self.config["policy"]["model"]:
+            raise ConfigError(f"checkpoint was made with model {saved['policy']['model']!r}, this algorithm runs "
+                              f"{self.config['policy']['model']!r}; build from the saved config instead")
+        state = pickle.loads((path / "algorithm_state.pkl").read_bytes())
+        ray.get(self.learner.load.remote(str(path / "learner")))
+        self.iteration, self.rng.bit_generator.state = state["iteration"], state["rng"]
+        current = max(ray.get([e.version.remote() for e in self.engines]))
+        self.version = max(state["version"], current)
+        self._publish(bump=current >= state["version"] and current > 0)
+
+    def export_policy(self, path: str | os.PathLike) -> str:
+        """A plain Hugging Face folder that transformers and vLLM load."""
+        return ray.get(self.learner.export_hf.remote(str(path)))
+
+    def stop(self) -> None:
+        if self.config["reporting"]["plot"]:
+            self.reporter.plot()
+        self.reporter.close()
+        for a in self.runners + self.engines + [self.learner, self.queue]:
+            ray.kill(a, no_restart=True)
+
+    # ---- pieces ---------------------------------------------------------------------------
+    def _sampling(self, temperature: float | None = None) -> dict:
+        p = self.config["policy"]
+        return {"max_tokens": p["max_new_tokens"], "top_p": p["top_p"],
+                "temperature": p["temperature"] if temperature is None else temperature}
+
+    def _pick_tasks(self, n: int) -> list[str]:
+        replace = n > len(self.train_ids)
+        idx = self.rng.choice(len(self.train_ids), size=n, replace=replace)
+        return [self.train_ids[i] for i in idx]
+
+    def _sample(self, specs: list[dict], sampling: dict) -> list[dict]:
+        """Spread episode specs over the runners; a chunk whose runner dies is re-run on the
+        next runner (a restarted actor included), so nothing is lost or duplicated."""
+        n = len(self.runners)
+        chunks = [specs[i::n] for i in range(n)]
+        pending = {self.runners[i].sample.remote(ch, sampling): (i, ch, 0) for i, ch in enumerate(chunks) if ch}
+        results: list[dict] = []
+        retries = self.config["fault_tolerance"]["max_restarts"] + 1
+        bar = _progress(len(specs), self.interactive, "rollouts")
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            ref = done[0]
+            i, chunk, tries = pending.pop(ref)
+            try:
+                out = ray.get(ref)
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as err:
+                if tries >= retries:
+                    raise RuntimeError(f"env runner {i} failed {tries + 1} times; giving up: {err}") from err
+                j = (i + 1 + tries) % n
+                pending[self.runners[j].sample.remote(chunk, sampling)] = (j, chunk, tries + 1)
+                continue
+            results += out
+            bar.update(len(out))
+        bar.close()
+        order = {(s["task_id"], s["sample_index"]): k for k, s in enumerate(specs)}
+        return sorted(results, key=lambda t: order[(t["task_id"], t["sample_index"])])
+
+    def _publish(self, bump: bool = True) -> None:
+        if bump:
+            self.version += 1
+        weights = ray.put(ray.get(self.learner.get_weights.remote()))
+        ray.get([e.update_weights.remote(weights, self.version) for e in self.engines])
+
+    def _check_memory(self) -> None:
+        import psutil
+
+        from rti_actors.learner import estimate_memory_gib
+        c = self.config
+        lc, r = c["learners"], c["env_runners"]
+        if lc["num_gpus_per_learner"] or r["num_gpus_per_engine"]:
+            return  # device memory is checked by the engines themselves
+        need = estimate_memory_gib(self.model_path, lc["zero_stage"], lc["dtype"] or "float32")
+        # fp32 model states are 16 bytes/param (weights 4, grads 4, Adam 8): a quarter is
+        # the fp32 weights an engine holds at most; plus its KV cache and runtime (~1.5 GiB)
+        weights_gib = estimate_memory_gib(self.model_path, 0, "float32") / 4
+        need += r["num_engines"] * (weights_gib + 1.5)
+        have = psutil.virtual_memory().available / 2**30
+        if need > have:
+            raise ConfigError(f"the learner and {r['num_engines']} engine(s) need about {need:.1f} GiB of memory but "
+                              f"{have:.1f} GiB is available: use a smaller model, fewer engines, or ZeRO stage 2/3")
+
+    def _train_metrics(self, trajectories, groups, learn, times) -> dict:
+        rewards = [t["reward"] for t in trajectories]
+        stats = ray.get(self.queue.get_stats.remote())
+        return {
+            "iteration": self.iteration, "policy_version": self.version,
+            "reward_mean": float(np.mean(rewards)), "success_rate": float(np.mean([r >= 1.0 for r in rewards])),
+            "num_episodes": len(trajectories), "num_groups": len(groups),
+            "frac_zero_variance_groups": float(np.mean([not is_learnable(g) for g in groups])),
+            "frac_all_fail_groups": float(np.mean([max(t["reward"] for t in g) <= 0 for g in groups])),
+            "pass_at_G": float(np.mean([max(t["reward"] for t in g) >= 1.0 for g in groups])),
+            "gen_tokens": int(sum(t["gen_tokens"] for t in trajectories)),
+            "turns_mean": float(np.mean([t["num_turns"] for t in trajectories])),
+            "frac_context_truncated": float(np.mean([t["context_truncated"] for t in trajectories])),
+            "seconds": {k: round(v, 3) for k, v in times.items()}, "learner": learn, "queue": stats,
+        }
+
+
+class _NoBar:
+    def update(self, n):
+        pass
+
+    def close(self):
+        pass
+
+
+def _progress(total: int, interactive: bool, desc: str):
+    if not interactive:
+        return _NoBar()
+    from tqdm import tqdm
+    return tqdm(total=total, desc=desc, leave=False)

@@ -1,0 +1,180 @@
+"""``RTIConfig``: the builder that describes a run (RLlib vocabulary, methods only).
+
+Every setter returns the config, so a run reads as one chained expression. Nothing is
+checked until ``build()``, which validates everything at once with messages that say what
+to change, freezes the config and returns an ``Algorithm``. ``to_dict`` / ``from_dict``
+round-trip it, so checkpoints carry the config that produced them.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+
+ALGORITHMS = ("grpo", "gspo", "rti")
+
+DEFAULTS: dict[str, dict] = {
+    "environment": {"env": None, "env_config": {}},
+    "policy": {"model": "smollm2-135m-instruct", "engine": "vllm", "dtype": None, "max_model_len": 4096,
+               "max_new_tokens": 256, "temperature": 0.8, "top_p": 1.0, "fallback_chat_template": "chatml",
+               "engine_kwargs": {}},
+    "env_runners": {"num_env_runners": 2, "num_envs_per_env_runner": 4, "num_cpus_per_env_runner": 0.25,
+                    "num_engines": 1, "num_cpus_per_engine": 0.5, "num_gpus_per_engine": 0},
+    "training": {"algorithm": "grpo", "group_size": 8, "tasks_per_iteration": 4, "lr": 1e-6, "weight_decay": 0.1,
+                 "clip": 0.2, "gspo_clip": 4e-4, "micro_batch_tokens": 4096, "grad_clip": 1.0,
+                 "max_policy_lag": 0},
+    "learners": {"backend": "deepspeed", "zero_stage": 0, "num_cpus_per_learner": 0.5, "num_gpus_per_learner": 0,
+                 "dtype": None},
+    "evaluation": {"num_samples": 4, "split": "test", "num_tasks": None, "temperature": None},
+    "fault_tolerance": {"max_restarts": 2, "max_task_retries": 2},
+    "reporting": {"run_dir": "runs", "run_name": None, "tensorboard": True, "progress_bar": None, "plot": True},
+    "debugging": {"seed": 0, "check_drift": False, "log_level": "WARNING"},
+}
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot run; the message says what to change."""
+
+
+class RTIConfig:
+    """Builder for a training run. See DESIGN.md for the API sketch."""
+
+    def __init__(self):
+        self._cfg = copy.deepcopy(DEFAULTS)
+        self._frozen = False
+
+    # ---- setters ---------------------------------------------------------------------------
+    def _set(self, section: str, **kwargs) -> "RTIConfig":
+        if self._frozen:
+            raise ConfigError("this config is frozen (it was built); call .copy() to change it")
+        known = self._cfg[section]
+        for k, v in kwargs.items():
+            if k not in known:
+                raise ConfigError(f"unknown option {section}({k}=...); known options: {sorted(known)}")
+            known[k] = copy.deepcopy(v)
+        return self
+
+    def environment(self, env=None, *, env_config: dict | None = None) -> "RTIConfig":
+        return self._set("environment", **{k: v for k, v in {"env": env, "env_config": env_config}.items() if v is not None})
+
+    def policy(self, **kwargs) -> "RTIConfig":
+        return self._set("policy", **kwargs)
+
+    def env_runners(self, **kwargs) -> "RTIConfig":
+        return self._set("env_runners", **kwargs)
+
+    def training(self, **kwargs) -> "RTIConfig":
+        return self._set("training", **kwargs)
+
+    def learners(self, **kwargs) -> "RTIConfig":
+        return self._set("learners", **kwargs)
+
+    def evaluation(self, **kwargs) -> "RTIConfig":
+        return self._set("evaluation", **kwargs)
+
+    def fault_tolerance(self, **kwargs) -> "RTIConfig":
+        return self._set("fault_tolerance", **kwargs)
+
+    def reporting(self, **kwargs) -> "RTIConfig":
+        return self._set("reporting", **kwargs)
+
+    def debugging(self, **kwargs) -> "RTIConfig":
+        return self._set("debugging", **kwargs)
+
+    # ---- access ----------------------------------------------------------------------------
+    def __getitem__(self, section: str) -> dict:
+        return self._cfg[section]
+
+    def to_dict(self) -> dict:
+        return copy.deepcopy(self._cfg)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RTIConfig":
+        cfg = cls()
+        for section, values in d.items():
+            if section not in cfg._cfg:
+                raise ConfigError(f"unknown config section {section!r}; known: {sorted(cfg._cfg)}")
+            cfg._set(section, **values)
+        return cfg
+
+    def copy(self) -> "RTIConfig":
+        return RTIConfig.from_dict(self.to_dict())
+
+    def to_json(self) -> str:
+        return json.dumps(self._cfg, indent=2, sort_keys=True, default=str)
+
+    def __repr__(self) -> str:
+        return f"RTIConfig({self.to_json()})"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, RTIConfig) and self._cfg == other._cfg
+
+    # ---- validation and build --------------------------------------------------------------
+    def validate(self, available_cpus: float | None = None) -> None:
+        """Raise ``ConfigError`` naming every problem found, each with what to change."""
+        from envs import list_envs
+
+        c = self._cfg
+        problems: list[str] = []
+        env = c["environment"]["env"]
+        if env is None:
+            problems.append("no environment: call .environment('Navigation-v0') (or any id from envs.list_envs())")
+        elif isinstance(env, str) and env not in list_envs():
+            problems.append(f"unknown environment {env!r}: registered ones are {list_envs()}; "
+                            "register yours with envs.register_env(name, creator)")
+        t = c["training"]
+        if t["algorithm"] not in ALGORITHMS:
+            problems.append(f"unknown algorithm {t['algorithm']!r}: choose one of {list(ALGORITHMS)}")
+        if not isinstance(t["group_size"], int) or t["group_size"] < 2:
+            problems.append(f"group_size={t['group_size']}: GRPO needs at least 2 samples per task to normalise rewards")
+        if t["tasks_per_iteration"] < 1:
+            problems.append("tasks_per_iteration must be >= 1")
+        if not (0 < t["clip"] < 1):
+            problems.append(f"clip={t['clip']} must be in (0, 1)")
+        if t["lr"] <= 0:
+            problems.append(f"lr={t['lr']} must be > 0")
+        if t["max_policy_lag"] < 0:
+            problems.append("max_policy_lag must be >= 0 (0 = strictly on-policy)")
+        p = c["policy"]
+        if p["engine"] not in ("vllm", "hf"):
+            problems.append(f"unknown engine {p['engine']!r}: choose 'vllm' or 'hf' (transformers)")
+        elif p["engine"] == "vllm":
+            from policies.engines import vllm_available
+            if not vllm_available():
+                problems.append("engine='vllm' but vLLM is not installed: run scripts/setup.sh, or use engine='hf'")
+        if p["temperature"] < 0:
+            problems.append("temperature must be >= 0")
+        if p["max_new_tokens"] >= p["max_model_len"]:
+            problems.append(f"max_new_tokens={p['max_new_tokens']} must be below max_model_len={p['max_model_len']}")
+        r = c["env_runners"]
+        for key in ("num_env_runners", "num_envs_per_env_runner", "num_engines"):
+            if not isinstance(r[key], int) or r[key] < 1:
+                problems.append(f"{key}={r[key]} must be an integer >= 1")
+        lr = c["learners"]
+        if lr["backend"] not in ("deepspeed", "torch"):
+            problems.append(f"unknown learner backend {lr['backend']!r}: choose 'deepspeed' or 'torch'")
+        if lr["zero_stage"] not in (0, 1, 2, 3):
+            problems.append(f"zero_stage={lr['zero_stage']} must be 0, 1, 2 or 3")
+        e = c["evaluation"]
+        if e["num_samples"] < 1:
+            problems.append("evaluation num_samples must be >= 1")
+        if not problems and available_cpus is not None:
+            need = (r["num_env_runners"] * r["num_cpus_per_env_runner"] + r["num_engines"] * r["num_cpus_per_engine"]
+                    + lr["num_cpus_per_learner"])
+            if need > available_cpus + 1e-9:
+                problems.append(
+                    f"the actors need {need:g} CPUs ({r['num_env_runners']} env runners x {r['num_cpus_per_env_runner']} + "
+                    f"{r['num_engines']} engines x {r['num_cpus_per_engine']} + learner {lr['num_cpus_per_learner']}) but "
+                    f"the cluster has {available_cpus:g}: lower num_env_runners or the num_cpus_per_* options")
+        if problems:
+            raise ConfigError("invalid RTIConfig:\n  - " + "\n  - ".join(problems))
+
+    def build(self):
+        """Validate, freeze, start the actors and return an ``Algorithm``."""
+        from rti_actors.algorithm import Algorithm
+
+        return Algorithm(self)
+
+    def freeze(self) -> None:
+        self._frozen = True

@@ -1,0 +1,57 @@
+"""Pass@k and Pass^k with the unbiased estimators (RTI_SPEC §13), and the paper's table.
+
+Over n rollouts per task with c successes:
+    Pass@k = 1 - C(n-c, k) / C(n, k)   (at least one of k succeeds)
+    Pass^k = C(c, k) / C(n, k)         (all k succeed)
+p@1 is the mean Pass@1 over tasks; avg p@k and avg p^k average k = 1..n.
+"""
+
+from __future__ import annotations
+
+from math import comb
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n} c={c} k={k}")
+    return 1.0 - comb(n - c, k) / comb(n, k)
+
+
+def pass_hat_k(n: int, c: int, k: int) -> float:
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n} c={c} k={k}")
+    return comb(c, k) / comb(n, k)
+
+
+def summarize(successes: dict[str, list[bool]]) -> dict:
+    """Per-benchmark summary from {task_id: [success per rollout]} (all lists of length n)."""
+    if not successes:
+        raise ValueError("no evaluation results")
+    ns = {len(v) for v in successes.values()}
+    if len(ns) != 1:
+        raise ValueError(f"every task needs the same number of rollouts, got {sorted(ns)}")
+    n = ns.pop()
+    out = {"n": n, "num_tasks": len(successes)}
+    for k in range(1, n + 1):
+        out[f"pass@{k}"] = sum(pass_at_k(n, sum(v), k) for v in successes.values()) / len(successes)
+        out[f"pass^{k}"] = sum(pass_hat_k(n, sum(v), k) for v in successes.values()) / len(successes)
+    out["p@1"] = out["pass@1"]
+    out["avg_p@k"] = sum(out[f"pass@{k}"] for k in range(1, n + 1)) / n
+    out["avg_p^k"] = sum(out[f"pass^{k}"] for k in range(1, n + 1)) / n
+    return out
+
+
+def format_table(rows: dict[str, dict[str, dict]]) -> str:
+    """rows: {method: {benchmark: summary}} -> the paper's layout (percentages):
+    one row per method, a column group (p@1, avg p@k, avg p^k) per benchmark."""
+    benchmarks = list(dict.fromkeys(b for per in rows.values() for b in per))
+    head1 = f"{'method':<16}" + "".join(f"| {b:^26}" for b in benchmarks)
+    head2 = f"{'':<16}" + "".join(f"| {'p@1':>7} {'avg p@k':>8} {'avg p^k':>8} " for _ in benchmarks)
+    lines = [head1, head2, "-" * len(head2)]
+    for method, per in rows.items():
+        cells = []
+        for b in benchmarks:
+            s = per.get(b)
+            cells.append(f"| {100 * s['p@1']:7.2f} {100 * s['avg_p@k']:8.2f} {100 * s['avg_p^k']:8.2f} " if s else f"| {'-':>26}")
+        lines.append(f"{method:<16}" + "".join(cells))
+    return "\n".join(lines)

@@ -1,0 +1,97 @@
+"""Pass@k estimators, group advantages, the replay queue and config validation."""
+
+from math import comb
+
+import numpy as np
+import pytest
+
+from rti_actors.config import ConfigError, RTIConfig
+from rti_actors.groups import assign_advantages, group_advantages, group_by_task, is_learnable, to_learner_sample
+from rti_actors.metrics import format_table, pass_at_k, pass_hat_k, summarize
+from rti_actors.replay import ReplayQueue
+
+
+def test_pass_at_k_matches_brute_force():
+    import itertools
+    n, c = 4, 2
+    outcomes = [1, 1, 0, 0]
+    for k in range(1, n + 1):
+        subsets = list(itertools.combinations(outcomes, k))
+        assert pass_at_k(n, c, k) == pytest.approx(np.mean([any(s) for s in subsets]))
+        assert pass_hat_k(n, c, k) == pytest.approx(np.mean([all(s) for s in subsets]))
+    assert pass_at_k(4, 0, 1) == 0 and pass_at_k(4, 4, 1) == 1 and pass_hat_k(4, 3, 4) == 0
+    assert pass_at_k(8, 1, 2) == pytest.approx(1 - comb(7, 2) / comb(8, 2))
+    with pytest.raises(ValueError):
+        pass_at_k(4, 5, 1)
+
+
+def test_summarize_and_table():
+    s = summarize({"a": [True, False, False, False], "b": [True, True, True, True]})
+    assert s["p@1"] == pytest.approx((0.25 + 1) / 2)
+    assert s["pass^4"] == pytest.approx(0.5)
+    assert s["avg_p@k"] == pytest.approx(np.mean([s[f"pass@{k}"] for k in range(1, 5)]))
+    table = format_table({"GRPO": {"Navigation": s}, "RTI": {"Navigation": s}})
+    assert "Navigation" in table and "62.50" in table and table.count("\n") == 4
+    with pytest.raises(ValueError, match="same number"):
+        summarize({"a": [True], "b": [True, False]})
+
+
+def test_group_advantages():
+    adv = group_advantages([1, 0, 0, 0])
+    assert adv[0] > 0 and all(a < 0 for a in adv[1:]) and abs(sum(adv)) < 1e-6
+    assert group_advantages([0, 0, 0]) == [0.0, 0.0, 0.0]
+    trajs = [{"task_id": t, "sample_index": i, "reward": r} for t, i, r in [("x", 1, 0.0), ("y", 0, 1.0), ("x", 0, 1.0), ("y", 1, 1.0)]]
+    groups = group_by_task(trajs)
+    assert [[t["sample_index"] for t in g] for g in groups] == [[0, 1], [0, 1]]
+    assert is_learnable(groups[0]) and not is_learnable(groups[1])
+    assign_advantages(groups[0])
+    assert groups[0][0]["advantage"] == pytest.approx(1.0, abs=1e-4)
+
+
+def test_learner_sample_carries_no_messages_or_evidence():
+    t = {"ids": [1], "loss_mask": [1], "logprobs": [0.0], "token_weight": [1.0], "advantage": 0.5,
+         "policy_version": 3, "messages": ["secret"], "info": {"evidence": "secret"}}
+    assert "secret" not in repr(to_learner_sample(t))
+
+
+def test_replay_queue_staleness():
+    q = ReplayQueue(max_policy_lag=1)
+    q.put([["g0"]], version=0)
+    q.put([["g1"]], version=1)
+    q.put([["g2"]], version=2)
+    assert q.get(10, current_version=2) == [["g1"], ["g2"]]
+    assert q.get_stats()["dropped_stale"] == 1
+    on_policy = ReplayQueue(0)
+    on_policy.put([["a"]], 3)
+    assert on_policy.get(5, 3) == [["a"]] and on_policy.get(5, 3) == []
+
+
+def test_config_round_trip_and_freeze():
+    cfg = RTIConfig().environment("Navigation-v0", env_config={"language": "en"}).training(algorithm="gspo", group_size=4)
+    again = RTIConfig.from_dict(cfg.to_dict())
+    assert again == cfg and again["training"]["group_size"] == 4
+    cfg.freeze()
+    with pytest.raises(ConfigError, match="frozen"):
+        cfg.training(lr=1.0)
+    with pytest.raises(ConfigError, match="known options"):
+        RTIConfig().training(learning_rate=1.0)
+
+
+@pytest.mark.parametrize("mutate,needle", [
+    (lambda c: c.environment("NoSuchEnv-v0"), "unknown environment"),
+    (lambda c: c.training(algorithm="ppo"), "unknown algorithm"),
+    (lambda c: c.training(group_size=1), "at least 2"),
+    (lambda c: c.policy(engine="tgi"), "unknown engine"),
+    (lambda c: c.learners(zero_stage=4), "zero_stage"),
+    (lambda c: c.env_runners(num_env_runners=0), "num_env_runners"),
+    (lambda c: c.env_runners(num_env_runners=64), "CPUs"),
+])
+def test_bad_configs_fail_with_what_to_change(mutate, needle):
+    cfg = mutate(RTIConfig().environment("Navigation-v0"))
+    with pytest.raises(ConfigError, match=needle):
+        cfg.validate(available_cpus=2)
+
+
+def test_missing_environment_is_reported():
+    with pytest.raises(ConfigError, match="no environment"):
+        RTIConfig().validate(available_cpus=2)
