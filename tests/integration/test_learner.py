@@ -10,7 +10,7 @@ import random
 import pytest
 import torch
 
-from rti_actors.learner import Learner
+from rti_actors.learner import Learner, check_samples, estimate_memory_gib, micro_batches
 from rti_actors.losses import token_logprobs
 
 pytestmark = pytest.mark.integration
@@ -179,3 +179,38 @@ def test_export_hf_loads_with_transformers(tiny_model_path, tmp_path):
     sample = make_batch(seed=6, n=1)[0]
     assert sequence_logprob(out, {}, sample)[1] == pytest.approx(
         sequence_logprob(tiny_model_path, weights, sample)[1], rel=1e-6)
+
+
+def test_memory_estimate_counts_model_states(tiny_model_path):
+    from transformers import AutoModelForCausalLM
+    n = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(tiny_model_path).parameters())
+    gib = n / 2**30
+    # fp32, no ZeRO: weights 4 + grads 4 + Adam 8 bytes per parameter
+    assert estimate_memory_gib(tiny_model_path, 0, "float32") == pytest.approx(16 * gib)
+    # bf16: 2 + 2 + fp32 master 4 + Adam 8; ZeRO-3 over 4 ranks partitions all of it
+    assert estimate_memory_gib(tiny_model_path, 0, "bfloat16") == pytest.approx(16 * gib)
+    assert estimate_memory_gib(tiny_model_path, 3, "bfloat16", world_size=4) == pytest.approx(4 * gib)
+    assert estimate_memory_gib(tiny_model_path, 2, "bfloat16", world_size=4) == pytest.approx((2 + 0.5 + 3) * gib)
+
+
+def test_micro_batches_respect_the_token_budget():
+    lengths = [10, 50, 20, 20, 70, 5]
+    groups = micro_batches(lengths, budget=60)
+    assert sorted(i for g in groups for i in g) == list(range(6))
+    for g in groups:
+        assert len(g) == 1 or len(g) * max(lengths[i] for i in g) <= 60
+    assert [4] in groups  # longer than the budget: alone
+
+
+def test_bad_samples_and_config_fail_clearly(tiny_model_path):
+    good = make_batch(n=1)[0]
+    with pytest.raises(ValueError, match="loss_mask"):
+        check_samples([{**good, "loss_mask": good["loss_mask"][:-1]}])
+    with pytest.raises(ValueError, match="first token"):
+        check_samples([{**good, "loss_mask": [1] * len(good["ids"])}])
+    with pytest.raises(ValueError, match="advantage"):
+        check_samples([{k: v for k, v in good.items() if k != "advantage"}])
+    with pytest.raises(ValueError, match="unknown algorithm"):
+        Learner(tiny_model_path, {"algorithm": "ppo"})
+    with pytest.raises(ValueError, match="unknown learner config"):
+        Learner(tiny_model_path, {"learning_rate": 1e-3})
