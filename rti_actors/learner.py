@@ -48,7 +48,8 @@ DEFAULTS = {
 }
 ALGORITHMS = ("grpo", "gspo", "rti")
 SAMPLE_KEYS = ("ids", "loss_mask", "behaviour_logprobs", "token_weight", "advantage")
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# fp16 is left out on purpose: it needs loss scaling, which the torch loop does not do.
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 _CHECKPOINT_TAG = "learner"
 
 
@@ -62,6 +63,8 @@ def estimate_memory_gib(model_path: str, zero_stage: int = 0, dtype: str = "floa
     """
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
     config = AutoConfig.from_pretrained(model_path)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
@@ -235,7 +238,6 @@ class Learner:
             "gradient_clipping": c["grad_clip"],
             "zero_optimization": zero,
             "bf16": {"enabled": c["dtype"] == "bfloat16"},
-            "fp16": {"enabled": c["dtype"] == "float16"},
             "zero_allow_untested_optimizer": True,
             "steps_per_print": 2**62,
             "wall_clock_breakdown": False,
@@ -272,7 +274,7 @@ class Learner:
         # Right padding with a causal mask: real tokens never attend to the pads after them,
         # so no attention mask is needed (and SDPA keeps its fast causal path).
         model = self.engine if self.engine is not None else self.module
-        autocast = (self.engine is None and self.device.type == "cuda" and self.config["dtype"] != "float32")
+        autocast = self.engine is None and self.config["dtype"] != "float32"
         with torch.autocast(self.device.type, dtype=_DTYPES[self.config["dtype"]], enabled=autocast):
             logits = model(input_ids=ids, use_cache=False).logits
         return token_logprobs(logits, ids, self.config["temperature"])
@@ -286,7 +288,12 @@ class Learner:
                          clip_eps=self.config["clip_eps"], num_tokens=normaliser)
 
     def update(self, samples: list[dict]) -> dict:
-        """One optimiser step on ``samples`` (this rank's shard); returns metrics."""
+        """One optimiser step on ``samples`` (this rank's shard); returns metrics.
+
+        Metrics (global over ranks): loss, clip_frac, ratio_mean, approx_kl, grad_norm (before
+        clipping), num_tokens (loss tokens), num_samples, num_micro_batches (this rank), step,
+        lr, seconds, tokens_per_s (all tokens processed), skipped (True: no loss tokens, no step).
+        """
         t0 = time.perf_counter()
         check_samples(samples)
         c = self.config
@@ -296,6 +303,13 @@ class Learner:
         tokens, seqs = self._all_reduce([float(tokens), float(seqs)])
         (n_micro,) = self._all_reduce([float(len(groups))], op="max")
         normaliser = seqs if c["algorithm"] == "gspo" else tokens
+        if tokens == 0:
+            # Nothing to learn from; an Adam step on zero gradients would still move the
+            # weights (momentum, weight decay), so no step is taken. Same on every rank.
+            return {"loss": 0.0, "clip_frac": 0.0, "ratio_mean": 1.0, "approx_kl": 0.0, "grad_norm": 0.0,
+                    "num_tokens": 0, "num_samples": len(samples), "num_micro_batches": 0, "step": self.step,
+                    "lr": float(self.optimizer.param_groups[0]["lr"]), "seconds": time.perf_counter() - t0,
+                    "tokens_per_s": 0.0, "skipped": True}
         # DeepSpeed averages gradients over ranks; the loss is a sum over the global batch
         # divided by the global normaliser, so each rank's share is scaled back up.
         scale = float(self.world_size)
@@ -322,15 +336,15 @@ class Learner:
 
         grad_norm = self._optimizer_step()
         self.step += 1
-        summed = self._all_reduce([loss_sum] + [totals.get(k, 0.0) for k in
-                                                ("loss_tokens", "clipped", "clip_units", "ratio_sum", "kl_sum")])
-        totals = dict(zip(("loss_tokens", "clipped", "clip_units", "ratio_sum", "kl_sum"), summed[1:]))
+        keys = ("loss_tokens", "clipped", "clip_units", "ratio_sum", "kl_sum")
+        loss_sum, processed, n_samples, *summed = self._all_reduce(
+            [loss_sum, float(sum(len(s["ids"]) for s in samples)), float(len(samples))]
+            + [totals.get(k, 0.0) for k in keys])
         seconds = time.perf_counter() - t0
-        processed = sum(len(s["ids"]) for s in samples)
-        return {"loss": summed[0], **finish_stats(totals), "grad_norm": grad_norm,
-                "num_tokens": int(tokens), "num_samples": len(samples), "num_micro_batches": len(groups),
+        return {"loss": loss_sum, **finish_stats(dict(zip(keys, summed))), "grad_norm": grad_norm,
+                "num_tokens": int(tokens), "num_samples": int(n_samples), "num_micro_batches": len(groups),
                 "step": self.step, "lr": float(self.optimizer.param_groups[0]["lr"]),
-                "seconds": seconds, "tokens_per_s": processed * self.world_size / seconds}
+                "seconds": seconds, "tokens_per_s": processed / seconds, "skipped": False}
 
     def _optimizer_step(self) -> float:
         c = self.config

@@ -214,3 +214,14 @@ def test_bad_samples_and_config_fail_clearly(tiny_model_path):
         Learner(tiny_model_path, {"algorithm": "ppo"})
     with pytest.raises(ValueError, match="unknown learner config"):
         Learner(tiny_model_path, {"learning_rate": 1e-3})
+
+
+def test_batch_without_loss_tokens_takes_no_step(tiny_model_path):
+    learner = Learner(tiny_model_path, {"lr": LR, "zero_stage": 0})
+    learner.update(make_batch())  # Adam now has momentum that a zero-gradient step would apply
+    before = learner.get_weights()
+    sample = make_batch(n=1)[0]
+    sample["loss_mask"] = [0] * len(sample["ids"])
+    m = learner.update([sample])
+    assert m["skipped"] and m["step"] == learner.step == 1 and m["num_tokens"] == 0
+    assert all(torch.equal(before[k], v) for k, v in learner.get_weights().items())
