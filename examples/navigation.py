@@ -36,7 +36,7 @@ def build_config(args) -> RTIConfig:
             .learners(backend="deepspeed", zero_stage=args.zero_stage, num_gpus_per_learner=1 if args.gpu else 0,
                       dtype="bfloat16" if args.gpu else None)
             .evaluation(num_samples=args.eval_samples, num_tasks=args.eval_tasks)
-            .reporting(run_name=args.run_name))
+            .reporting(run_name=args.run_name, run_dir=args.run_dir))
 
 
 def main(argv=None):
@@ -59,6 +59,7 @@ def main(argv=None):
     ap.add_argument("--eval-samples", type=int, default=4)
     ap.add_argument("--eval-tasks", type=int, default=None)
     ap.add_argument("--run-name", default=None)
+    ap.add_argument("--run-dir", default="runs", help="where run directories are created")
     ap.add_argument("--gpu", action="store_true")
     ap.add_argument("--quick", action="store_true", help="CPU quick run: 2 iterations, 4 tasks x G=8, small eval")
     args = ap.parse_args(argv)

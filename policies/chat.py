@@ -182,6 +182,15 @@ class ChatRenderer:
         text = self.tokenizer.decode([i for i in generated if i != self.eos_id], skip_special_tokens=False)
         return {"text": text, **parse_tool_calls(text)}
 
+    @staticmethod
+    def decode_text(text: str) -> dict:
+        """An assistant turn's text as a message dict (the form environments record)."""
+        turn = parse_tool_calls(text)
+        message = {"role": "assistant", "content": turn["content"]}
+        if turn["tool_calls"]:
+            message["tool_calls"] = turn["tool_calls"]
+        return message
+
     def full_ids(self, messages: list[dict], add_generation_prompt: bool = False) -> list[int]:
         return self._encode(self.render_text(messages, add_generation_prompt))
 

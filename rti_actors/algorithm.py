@@ -38,9 +38,10 @@ def _timed(times: dict, name: str):
 
 
 def _ray_cpus() -> float:
+    # Connects to the cluster of a `ray job submit` (or RAY_ADDRESS), else starts a local
+    # one whose workers inherit this process's environment (VLLM_*, TORCH_EXTENSIONS_DIR).
     if not ray.is_initialized():
-        ray.init(ignore_reinit_error=True, log_to_driver=True, logging_level="WARNING",
-                 runtime_env={"env_vars": {k: v for k, v in os.environ.items() if k.startswith(("VLLM_", "RTI_", "TORCH_EXT"))}})
+        ray.init(ignore_reinit_error=True, logging_level="WARNING")
     return float(ray.cluster_resources().get("CPU", 0))
 
 
@@ -87,6 +88,7 @@ class Algorithm:
                        "dtype": lc["dtype"] or "float32"}
         self.learner = ray.remote(QueueLearner).options(
             num_cpus=lc["num_cpus_per_learner"], num_gpus=lc["num_gpus_per_learner"]).remote(self.model_path, learner_cfg)
+        self.intervention = self._build_intervention() if t["algorithm"] == "rti" else None
         ray.get([a.ping.remote() for a in self.runners + [self.learner]])
         self.train_ids = ray.get(self.runners[0].task_ids.remote("train"))
         if not self.train_ids:
@@ -110,6 +112,11 @@ class Algorithm:
                      for tid in tasks for j in range(t["group_size"])]
             trajectories = self._sample(specs, self._sampling())
         groups = group_by_task(trajectories)
+        pre_pass_at_g = float(np.mean([max(tr["reward"] for tr in g) >= 1.0 for g in groups]))
+        rti = {}
+        if self.intervention is not None:
+            with _timed(times, "intervene"):
+                groups, rti = self._intervene(groups)
         for g in groups:
             assign_advantages(g)
         with _timed(times, "learn"):
@@ -120,6 +127,8 @@ class Algorithm:
                 self._publish()
         self.iteration += 1
         metrics = self._train_metrics(trajectories, groups, learn, times)
+        metrics["pre_intervention_pass_at_G"] = pre_pass_at_g
+        metrics.update(rti)
         self.reporter.log("train", self.iteration, metrics)
         return metrics
 
@@ -147,6 +156,56 @@ class Algorithm:
         summary["split"] = split
         self.reporter.log("eval", self.iteration, {k: v for k, v in summary.items() if k != "table"})
         return summary
+
+    # ---- intervention -----------------------------------------------------------------------
+    def _build_intervention(self):
+        from transformers import AutoTokenizer
+
+        from policies.chat import ChatRenderer
+        from rti_actors.gate import PPLGate
+        from rti_actors.intervention import Intervention
+        from rti_actors.roles import EndpointClient, RoleActor
+
+        c = self.config
+        iv, p, r = c["interventions"], c["policy"], c["env_runners"]
+        roles, rules, same_tokenizer, role_path = iv["roles"], None, True, self.model_path
+        provider = self.pool
+        if roles == "rules":
+            from rti_actors.rules_roles import NavigationRules
+            rules = NavigationRules()
+        elif roles.startswith(("http://", "https://")):
+            provider = EndpointClient(roles, iv["endpoint_model"], os.environ.get(iv["endpoint_api_key_env"]))
+            try:
+                provider.check()
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
+            role_path, same_tokenizer = None, False
+        elif roles != "self":
+            try:
+                role_path = load_model(roles)
+            except (ValueError, RuntimeError) as e:
+                raise ConfigError(f"interventions(roles={roles!r}): {e}") from None
+            dtype = p["dtype"] or ("bfloat16" if p["engine"] == "vllm" else "float32")
+            handle = ray.remote(EngineActor).options(num_cpus=0, num_gpus=r["num_gpus_per_engine"]).remote(
+                p["engine"], role_path, {"dtype": dtype, "max_model_len": p["max_model_len"]})
+            self.engines_extra = [handle]
+            provider, same_tokenizer = EnginePool([handle]), role_path == self.model_path
+        ft = c["fault_tolerance"]
+        role_cls = ray.remote(RoleActor).options(num_cpus=0, max_restarts=ft["max_restarts"],
+                                                 max_task_retries=ft["max_task_retries"])
+        self.role_actors = [role_cls.remote(provider, role_path, self.model_path, p["max_model_len"],
+                                            iv["max_role_tokens"], same_tokenizer) for _ in range(iv["num_role_actors"])]
+        self.gate = ray.remote(PPLGate).options(num_cpus=0, max_restarts=ft["max_restarts"]).remote(
+            self.pool, p["temperature"], iv["gate_max_batch"], iv["gate_max_wait_ms"] / 1000)
+        renderer = ChatRenderer(AutoTokenizer.from_pretrained(self.model_path), p["fallback_chat_template"])
+        return Intervention(iv, roles=self.role_actors, rules=rules, gate=self.gate, runners=self.runners,
+                            renderer=renderer, sampling=self._sampling(), seed=c["debugging"]["seed"])
+
+    def _intervene(self, groups):
+        failed = sorted({g[0]["task_id"] for g in groups if max(t["reward"] for t in g) <= 0})
+        evidence = dict(zip(failed, ray.get([self.runners[i % len(self.runners)].reward_evidence.remote(tid, "train")
+                                             for i, tid in enumerate(failed)])))
+        return self.intervention.run(groups, version=self.version, round_=self.iteration, evidence=evidence)
 
     # ---- checkpoints ----------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> str:
@@ -179,7 +238,8 @@ class Algorithm:
         if self.config["reporting"]["plot"]:
             self.reporter.plot()
         self.reporter.close()
-        for a in self.runners + self.engines + [self.learner, self.queue]:
+        extra = getattr(self, "role_actors", []) + [getattr(self, "gate", None)] + getattr(self, "engines_extra", [])
+        for a in self.runners + self.engines + [self.learner, self.queue] + [a for a in extra if a is not None]:
             ray.kill(a, no_restart=True)
 
     # ---- pieces ---------------------------------------------------------------------------

@@ -26,6 +26,27 @@ DEFAULTS: dict[str, dict] = {
                  "max_policy_lag": 0},
     "learners": {"backend": "deepspeed", "zero_stage": 0, "num_cpus_per_learner": 0.5, "num_gpus_per_learner": 0,
                  "dtype": None},
+    # RTI (used when training(algorithm="rti")); RTI_SPEC.md gives the sources of the defaults
+    "interventions": {
+        "roles": "self",            # "self" | "rules" | a local model folder | an http(s):// endpoint
+        "ppl_threshold": 5.0,       # delta; 0 rejects all (= GRPO), inf accepts all (no gate)
+        "eps_cal": 0.2,             # 0 = no reweighting
+        "max_accepted_per_group": 2,
+        "max_candidates_per_group": 4,
+        "corrector_attempts": 3,
+        "corrector_temperature": 0.8,
+        "max_validator_steps": 8,   # steps judged per candidate (the first ones)
+        "verifier": True,           # False = the "no Verifier" ablation
+        "verifier_llm": True,       # the policy's V1/V3 verdicts on top of the deterministic checks
+        "group_mode": "append",     # or "replace"
+        "exclude_truncated": True,  # context-truncated trajectories are not eligible sources
+        "max_role_tokens": 256,
+        "num_role_actors": 1,
+        "gate_max_batch": 16,
+        "gate_max_wait_ms": 20,
+        "endpoint_model": "default",
+        "endpoint_api_key_env": "RTI_ROLE_API_KEY",
+    },
     "evaluation": {"num_samples": 4, "split": "test", "num_tasks": None, "temperature": None},
     "fault_tolerance": {"max_restarts": 2, "max_task_retries": 2},
     "reporting": {"run_dir": "runs", "run_name": None, "tensorboard": True, "progress_bar": None, "plot": True},
@@ -69,6 +90,10 @@ class RTIConfig:
 
     def learners(self, **kwargs) -> "RTIConfig":
         return self._set("learners", **kwargs)
+
+    def interventions(self, **kwargs) -> "RTIConfig":
+        """RTI settings (used when ``training(algorithm="rti")``); see RTI_SPEC.md."""
+        return self._set("interventions", **kwargs)
 
     def evaluation(self, **kwargs) -> "RTIConfig":
         return self._set("evaluation", **kwargs)
@@ -156,6 +181,7 @@ class RTIConfig:
             problems.append(f"unknown learner backend {lr['backend']!r}: choose 'deepspeed' or 'torch'")
         if lr["zero_stage"] not in (0, 1, 2, 3):
             problems.append(f"zero_stage={lr['zero_stage']} must be 0, 1, 2 or 3")
+        problems += _intervention_problems(c["interventions"], env)
         e = c["evaluation"]
         if e["num_samples"] < 1:
             problems.append("evaluation num_samples must be >= 1")
@@ -178,3 +204,32 @@ class RTIConfig:
 
     def freeze(self) -> None:
         self._frozen = True
+
+
+def _intervention_problems(iv: dict, env) -> list[str]:
+    from pathlib import Path
+
+    problems = []
+    roles = iv["roles"]
+    if not isinstance(roles, str) or not roles:
+        problems.append("interventions(roles=...) must be 'self', 'rules', a local model folder or an http(s):// URL")
+    elif roles == "rules":
+        if env != "Navigation-v0":
+            problems.append(f"roles='rules' is the Navigation rule-based provider; env {env!r} needs roles='self', "
+                            "a model folder or an endpoint URL")
+    elif roles != "self" and not roles.startswith(("http://", "https://")):
+        from policies.models import BUILTIN_MODELS, is_model_folder
+        if roles not in BUILTIN_MODELS and not is_model_folder(Path(roles).expanduser()):
+            problems.append(f"interventions(roles={roles!r}): not 'self', 'rules', an http(s):// endpoint, a built-in "
+                            f"model {sorted(BUILTIN_MODELS)} or a local model folder with config.json")
+    if iv["ppl_threshold"] < 0:
+        problems.append("ppl_threshold must be >= 0 (0 rejects every intervention, inf accepts all)")
+    if not 0 <= iv["eps_cal"] < 1:
+        problems.append(f"eps_cal={iv['eps_cal']} must be in [0, 1) (0 turns reweighting off)")
+    if iv["group_mode"] not in ("append", "replace"):
+        problems.append(f"group_mode={iv['group_mode']!r}: choose 'append' or 'replace'")
+    for key in ("max_accepted_per_group", "max_candidates_per_group", "corrector_attempts", "max_validator_steps",
+                "num_role_actors", "max_role_tokens", "gate_max_batch"):
+        if not isinstance(iv[key], int) or iv[key] < 1:
+            problems.append(f"interventions({key}={iv[key]}) must be an integer >= 1")
+    return problems

@@ -25,6 +25,10 @@ def request_seed(*parts) -> int:
     return int.from_bytes(digest[:8], "little") >> 1
 
 
+class ReplayError(RuntimeError):
+    pass
+
+
 @dataclass
 class Episode:
     spec: dict
@@ -39,6 +43,7 @@ class Episode:
     truncated: bool = False
     context_truncated: bool = False
     info: dict = field(default_factory=dict)
+    tools: list[dict] = field(default_factory=list)
     done: bool = False
 
     def result(self) -> dict:
@@ -49,7 +54,7 @@ class Episode:
             "context_truncated": self.context_truncated, "turn_spans": self.turn_spans, "actions": self.actions,
             "messages": self.messages, "num_turns": len(self.actions),
             "policy_version": min(self.versions) if self.versions else -1,
-            "gen_tokens": sum(self.buf.loss_mask), "info": self.info,
+            "gen_tokens": sum(self.buf.loss_mask), "info": self.info, "tools": self.tools,
         }
 
 
@@ -73,25 +78,78 @@ class EnvRunner:
         return list(env.unwrapped.task_ids(split))
 
     def sample(self, specs: list[dict], sampling: dict) -> list[dict]:
-        """Play one episode per spec ({"task_id", "sample_index", "seed", ...}); waves of
-        ``num_envs`` episodes run concurrently. Returns trajectories in spec order."""
+        """Play one episode per spec ({"task_id", "sample_index", "seed", "round", "split"});
+        waves of ``num_envs`` episodes run concurrently. Returns trajectories in spec order."""
         out = []
         for i in range(0, len(specs), len(self.envs)):
-            out += self._run_wave(specs[i:i + len(self.envs)], sampling)
+            wave = specs[i:i + len(self.envs)]
+            out += self._play([self._open(env, spec) for env, spec in zip(self.envs, wave)], sampling)
         return out
 
-    # ---- one wave -------------------------------------------------------------------------
+    def continue_from(self, requests: list[dict], sampling: dict) -> list[dict]:
+        """RTI continuation: restore each episode to just before turn k by replaying the
+        original actions, put the corrected turn's ids in place of the original turn's, and
+        let the policy play on with the normal sampling settings and no guidance.
+
+        A request: {"spec", "actions" (turns before k), "messages" (the original message
+        list before turn k, to check the replay), "prefix" (TokenBuffer dict up to and
+        including turn k's generation prompt), "turn_spans", "corrected" ({"ids",
+        "logprobs", "token_weight"}), "version"}. A replay that does not reproduce the
+        original observations returns {"replay_error": ...} instead of a trajectory."""
+        out = []
+        for i in range(0, len(requests), len(self.envs)):
+            slots: list = []  # per request: an Episode, or an error dict
+            for env, req in zip(self.envs, requests[i:i + len(self.envs)]):
+                try:
+                    slots.append(self._resume(env, req))
+                except ReplayError as e:
+                    slots.append({**req["spec"], "replay_error": str(e)})
+            episodes = [s for s in slots if isinstance(s, Episode)]
+            results = dict(zip(map(id, episodes), self._play(episodes, sampling)))
+            out += [results[id(s)] if isinstance(s, Episode) else s for s in slots]
+        return out
+
+    def reward_evidence(self, task_id: str, split: str) -> dict:
+        env = self.envs[0].unwrapped
+        env.config["split"] = split
+        env.reset(options={"task_id": task_id})
+        return env.reward_evidence()
+
+    # ---- episodes -------------------------------------------------------------------------
     def _open(self, env, spec: dict) -> Episode:
         env.unwrapped.config["split"] = spec.get("split", env.unwrapped.config["split"])
         obs, info = env.reset(options={"task_id": spec["task_id"]})
         messages, buf = self.renderer.begin(obs, info.get("tools"), info.get("demonstration"))
-        return Episode(spec=dict(spec), env=env, messages=messages, buf=buf)
+        return Episode(spec=dict(spec), env=env, messages=messages, buf=buf, tools=info.get("tools") or [])
 
-    def _run_wave(self, specs: list[dict], sampling: dict) -> list[dict]:
+    def _resume(self, env, req: dict) -> Episode:
+        ep = self._open(env, req["spec"])
+        for action in req["actions"]:
+            turn = self.renderer.decode_text(action)
+            new, _, terminated, truncated, _ = env.step(action)
+            ep.messages.append(turn)
+            ep.messages += new
+            if terminated or truncated:
+                raise ReplayError("the episode ended while replaying the prefix")
+        if ep.messages != req["messages"]:
+            raise ReplayError("replaying the prefix did not reproduce the original observations "
+                              "(is the environment deterministic given its actions?)")
+        ep.actions = list(req["actions"])
+        ep.turn_spans = [tuple(s) for s in req["turn_spans"]]
+        ep.buf = TokenBuffer(**{k: list(v) for k, v in req["prefix"].items()})
+        ep.versions = [req["version"]]
+        c = req["corrected"]
+        start = len(ep.buf)
+        self._advance(ep, [], {"token_ids": c["ids"], "logprobs": c["logprobs"], "finish_reason": "stop",
+                               "version": req["version"]}, int(self.policy["max_model_len"]))
+        ep.buf.token_weight[start:start + len(c["ids"])] = list(c["token_weight"])
+        ep.spec["intervened_step"] = len(req["actions"])
+        ep.spec["corrected_span"] = (start, start + len(c["ids"]))
+        return ep
+
+    def _play(self, episodes: list[Episode], sampling: dict) -> list[dict]:
         t0 = time.perf_counter()
-        episodes = [self._open(env, spec) for env, spec in zip(self.envs, specs)]
         max_len = int(self.policy["max_model_len"])
-        turn = 0
         while True:
             live, prompts, seeds, gps = [], [], [], []
             for ep in episodes:
@@ -105,13 +163,13 @@ class EnvRunner:
                 prompts.append(ep.buf.ids + gp)
                 gps.append(gp)
                 s = ep.spec
-                seeds.append(request_seed(s.get("seed", 0), s.get("round", 0), s["task_id"], s.get("sample_index", 0), turn))
+                seeds.append(request_seed(s.get("seed", 0), s.get("round", 0), s["task_id"], s.get("sample_index", 0),
+                                          len(ep.actions)))
             if not live:
                 break
             gens = self.engines.generate(prompts, sampling, seeds)
             for ep, gp, gen in zip(live, gps, gens):
                 self._advance(ep, gp, gen, max_len)
-            turn += 1
         results = [ep.result() for ep in episodes]
         for r, ep in zip(results, episodes):
             r["seconds"] = time.perf_counter() - t0
@@ -127,13 +185,10 @@ class EnvRunner:
         ep.turn_spans.append((start, len(ep.buf)))
         ep.versions.append(gen["version"])
         ep.buf.append_context(self.renderer.close_assistant_ids(ids))
-        turn = self.renderer.decode_turn(ids)
-        ep.actions.append(turn["text"])
-        assistant = {"role": "assistant", "content": turn["content"]}
-        if turn["tool_calls"]:
-            assistant["tool_calls"] = turn["tool_calls"]
-        new, reward, terminated, truncated, info = ep.env.step(turn["text"])
-        ep.messages.append(assistant)
+        text = self.renderer.decode_turn(ids)["text"]
+        ep.actions.append(text)
+        new, reward, terminated, truncated, info = ep.env.step(text)
+        ep.messages.append(self.renderer.decode_text(text))
         if gen["finish_reason"] == "length" and len(ep.buf) >= max_len - 1:
             truncated = ep.context_truncated = True
         if terminated or truncated:

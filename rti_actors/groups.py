@@ -38,6 +38,22 @@ def is_learnable(group: list[dict]) -> bool:
     return max(rewards) - min(rewards) > 1e-9
 
 
+def assemble(groups: list[list[dict]], rescued: list[dict], mode: str = "append") -> list[list[dict]]:
+    """Final groups after RTI (RTI_SPEC §7). ``append``: the G originals plus the rescued
+    trajectories, so a failed step and its fix at the same state form a contrastive pair;
+    ``replace``: each rescued trajectory takes its source's place (G stays fixed).
+    Each rescued trajectory names its ``group`` (index) and ``source_index``."""
+    if mode not in ("append", "replace"):
+        raise ValueError(f"group mode must be 'append' or 'replace', got {mode!r}")
+    out = [list(g) for g in groups]
+    for t in rescued:
+        g = out[t["group"]]
+        if mode == "replace":
+            g[:] = [x for x in g if x["sample_index"] != t["source_index"]]
+        g.append(t)
+    return out
+
+
 def to_learner_sample(t: dict) -> dict:
     """The fields the learner trains on, nothing else (no messages, no evidence)."""
     return {"ids": t["ids"], "loss_mask": t["loss_mask"], "behaviour_logprobs": t["logprobs"],

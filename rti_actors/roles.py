@@ -1,0 +1,177 @@
+"""The three intervention roles — Validator, Corrector, Verifier — as stateless actors.
+
+With ``roles="self"`` (the paper's setting) every role is the policy itself: the role
+prompt is rendered with the policy's chat template and sent to the same engine actors the
+rollouts use, so the roles see exactly the rollout weights. A local model folder gets its
+own engine actor; an ``http(s)://`` URL is any OpenAI-compatible chat endpoint. Role
+prompts live in ``rti_actors/prompts/`` as readable text files (English and Chinese,
+chosen by the task's language). Nothing a role sees ever enters a training sample: the
+only thing that leaves a role is a verdict, or the Corrector's new turn.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from rti_actors.verdicts import parse_validator, parse_verifier
+
+PROMPTS = Path(__file__).with_name("prompts")
+_CJK = re.compile(r"[\u4e00-\u9fff]")
+
+
+def language_of(messages: list[dict]) -> str:
+    """The task's language: Chinese if the user's request contains CJK characters."""
+    first_user = next((m.get("content") or "" for m in messages if m["role"] == "user"), "")
+    return "zh" if _CJK.search(first_user) else "en"
+
+
+def load_prompt(role: str, language: str) -> str:
+    return (PROMPTS / f"{role}.{language}.txt").read_text(encoding="utf-8")
+
+
+def history_text(messages: list[dict], max_chars: int = 6000, tool_chars: int = 800) -> str:
+    """A readable transcript for role prompts: no system prompt (tool schemas are given
+    separately), long tool outputs shortened, the oldest turns dropped first."""
+    lines = []
+    for m in messages:
+        role, content = m["role"], (m.get("content") or "")
+        if role == "system":
+            continue
+        if role == "assistant":
+            from envs.tool_calls import format_assistant_turn
+            content = format_assistant_turn(content, m.get("tool_calls") or [])
+            lines.append(f"Assistant: {content}")
+        elif role == "tool":
+            if len(content) > tool_chars:
+                content = content[:tool_chars // 2] + " ... " + content[-tool_chars // 2:]
+            lines.append(f"Tool result ({m.get('name', 'tool')}): {content}")
+        else:
+            lines.append(f"User: {content}")
+    text = "\n".join(lines)
+    return text if len(text) <= max_chars else "..." + text[-max_chars:]
+
+
+def tools_text(tools: list[dict]) -> str:
+    return "\n".join(json.dumps(t.get("function", t), ensure_ascii=False) for t in tools or [])
+
+
+class EndpointClient:
+    """Minimal OpenAI-compatible chat client (stdlib only). The API key is never logged."""
+
+    def __init__(self, url: str, model: str = "default", api_key: str | None = None, timeout: float = 60.0):
+        self.url = url.rstrip("/") + ("" if url.rstrip("/").endswith("/chat/completions") else "/chat/completions")
+        self.model, self._key, self.timeout = model, api_key, timeout
+
+    def __repr__(self) -> str:
+        return f"EndpointClient(url={self.url!r}, model={self.model!r})"
+
+    def chat(self, prompt: str, temperature: float, max_tokens: int) -> str:
+        body = json.dumps({"model": self.model, "messages": [{"role": "user", "content": prompt}],
+                           "temperature": temperature, "max_tokens": max_tokens}).encode()
+        headers = {"Content-Type": "application/json"}
+        if self._key:
+            headers["Authorization"] = f"Bearer {self._key}"
+        req = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
+        with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+            data = json.loads(resp.read().decode())
+        return data["choices"][0]["message"]["content"]
+
+    def check(self) -> None:
+        """Fail fast (at build) when the endpoint cannot be reached."""
+        base = self.url.rsplit("/chat/completions", 1)[0]
+        try:
+            urllib.request.urlopen(base + "/models", timeout=min(self.timeout, 10)).close()
+        except urllib.error.HTTPError:
+            return  # reachable; some servers do not list models
+        except (urllib.error.URLError, OSError) as e:
+            raise ValueError(f"role endpoint {base} is unreachable ({e}); start it or use roles='self'") from None
+
+
+class RoleActor:
+    """One actor class plays any role; the driver keeps a few of them and spreads calls.
+
+    ``provider`` is an ``EnginePool`` (self / local model) or an ``EndpointClient``.
+    ``tokenizer_path`` is the provider model's tokenizer (for pools); ``policy_tokenizer_path``
+    tokenises a Corrector's text when it came from another model (endpoint)."""
+
+    def __init__(self, provider, tokenizer_path: str | None, policy_tokenizer_path: str, max_model_len: int,
+                 max_role_tokens: int = 256, same_tokenizer: bool = True):
+        from transformers import AutoTokenizer
+
+        self.provider = provider
+        self.is_pool = not isinstance(provider, EndpointClient)
+        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_path) if self.is_pool else None
+        self.policy_tokenizer = AutoTokenizer.from_pretrained(policy_tokenizer_path)
+        self.max_model_len = max_model_len
+        self.max_role_tokens = max_role_tokens
+        # the policy playing the Corrector: its sampled ids are the ids to train, as is
+        self.reuse_ids = self.is_pool and same_tokenizer
+
+    def ping(self) -> bool:
+        return True
+
+    # ---- generation through the provider -----------------------------------------------------
+    def _prompt_ids(self, text: str) -> list[int]:
+        ids = self.tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=True,
+                                                 add_generation_prompt=True)
+        ids = list(ids["input_ids"] if isinstance(ids, dict) else ids)
+        budget = self.max_model_len - self.max_role_tokens - 1
+        return ids if len(ids) <= budget else ids[:8] + ids[-(budget - 8):]  # keep the head marker, cut the middle
+
+    def _generate(self, texts: list[str], temperature: float, seeds: list[int] | None = None) -> list[dict]:
+        """-> [{"text", "ids" (None for endpoints), "complete"}]"""
+        if not self.is_pool:
+            out = []
+            for t in texts:
+                try:
+                    out.append({"text": self.provider.chat(t, temperature, self.max_role_tokens), "ids": None,
+                                "complete": True})
+                except Exception as e:  # timeouts, garbage: the candidate is skipped and counted
+                    out.append({"text": "", "ids": None, "complete": False, "error": f"{type(e).__name__}: {e}"})
+            return out
+        sampling = {"max_tokens": self.max_role_tokens, "temperature": temperature}
+        gens = self.provider.generate([self._prompt_ids(t) for t in texts], sampling, seeds)
+        eos = self.tokenizer.eos_token_id
+        return [{"text": self.tokenizer.decode([i for i in g["token_ids"] if i != eos]), "ids": g["token_ids"],
+                 "complete": g["finish_reason"] == "stop"} for g in gens]
+
+    # ---- roles ----------------------------------------------------------------------------
+    def validate(self, requests: list[dict]) -> list[dict | None]:
+        """requests: {"history", "step", "evidence", "language"} -> parsed verdict or None."""
+        texts = [load_prompt("validator", r["language"]).format(
+            evidence=json.dumps(r["evidence"], ensure_ascii=False, default=str)[:3000],
+            history=history_text(r["history"]), step=r["step"]) for r in requests]
+        return [parse_validator(g["text"]) for g in self._generate(texts, 0.0)]
+
+    def correct(self, requests: list[dict], attempts: int, temperature: float, seeds: list[int]) -> list[list[dict]]:
+        """requests: {"history", "step", "tools", "verdict", "language"} -> per request a list
+        of attempts {"text", "ids" (policy token ids ending in eos), "complete"}."""
+        texts, seed_list = [], []
+        for r, seed in zip(requests, seeds):
+            v = r["verdict"]
+            text = load_prompt("corrector", r["language"]).format(
+                tools=tools_text(r["tools"]), history=history_text(r["history"]), step=r["step"],
+                diagnosis=v.get("diagnosis", ""), suggest_next=v.get("suggest_next", ""))
+            texts += [text] * attempts
+            seed_list += [seed + a for a in range(attempts)]
+        gens = self._generate(texts, temperature, seed_list)
+        eos = self.policy_tokenizer.eos_token_id
+        for g in gens:
+            if not self.reuse_ids:
+                g["ids"] = None
+            if g["ids"] is None and g["complete"]:  # another model's text: tokenise the new turn once
+                g["ids"] = self.policy_tokenizer.encode(g["text"].strip(), add_special_tokens=False) + [eos]
+            elif g["ids"] is not None and (not g["ids"] or g["ids"][-1] != eos):
+                g["complete"] = False  # cut by the token limit: not a whole turn
+        return [gens[i * attempts:(i + 1) * attempts] for i in range(len(requests))]
+
+    def verify(self, requests: list[dict]) -> list[dict | None]:
+        """requests: {"history", "step", "corrected", "verdict", "language"} -> V1/V3 verdict."""
+        texts = [load_prompt("verifier", r["language"]).format(
+            history=history_text(r["history"]), step=r["step"], diagnosis=r["verdict"].get("diagnosis", ""),
+            corrected=r["corrected"]) for r in requests]
+        return [parse_verifier(g["text"]) for g in self._generate(texts, 0.0)]

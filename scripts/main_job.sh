@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The main job: install everything, start a local Ray head, submit the example with
+# `ray job submit`, stop Ray. Extra arguments go to the example script.
+#   bash scripts/main_job.sh                 # CPU quick run of examples/navigation.py
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+source "${RTI_VENV:-.venv}/bin/activate"
+source scripts/cpu_env.sh
+EXAMPLE="${RTI_MAIN_EXAMPLE:-examples/navigation.py}"
+ARGS=("$@")
+[ ${#ARGS[@]} -gt 0 ] || ARGS=(--quick)
+# Build the cached model folder once, outside the job, so the job's log shows training.
+python -c "from policies.models import load_model; load_model('smollm2-135m-instruct')" 2>/dev/null
+PORT="${RTI_RAY_PORT:-6390}"; DASH="${RTI_RAY_DASHBOARD_PORT:-8265}"
+ray stop --force >/dev/null 2>&1 || true
+# Ray >= 2.59 enables token authentication on local clusters: use one token for the head
+# and for the job client (created in ~/.ray/auth_token if missing).
+export RAY_AUTH_MODE=token
+ray get-auth-token --generate >/dev/null
+ray start --head --port="$PORT" --dashboard-host=127.0.0.1 --dashboard-port="$DASH" --num-cpus="$(nproc)" \
+    --disable-usage-stats >/dev/null
+trap 'ray stop --force >/dev/null 2>&1 || true' EXIT
+start=$(date +%s)
+RAY_ADDRESS="http://127.0.0.1:$DASH" ray job submit --working-dir . \
+    --runtime-env-json="{\"excludes\": [\".venv\", \".cache\", \"runs\", \".git\"], \"env_vars\": {\"RTI_CACHE_DIR\": \"$PWD/.cache\", \"VLLM_CPU_KVCACHE_SPACE\": \"$VLLM_CPU_KVCACHE_SPACE\", \"VLLM_CPU_OMP_THREADS_BIND\": \"$VLLM_CPU_OMP_THREADS_BIND\", \"VLLM_CPU_NUM_OF_RESERVED_CPU\": \"0\", \"TORCH_EXTENSIONS_DIR\": \"$TORCH_EXTENSIONS_DIR\", \"TOKENIZERS_PARALLELISM\": \"false\"}}" \
+    -- python "$EXAMPLE" --run-dir "$PWD/runs" "${ARGS[@]}"
+echo "[main job] finished in $(( $(date +%s) - start )) s"
