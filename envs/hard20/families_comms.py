@@ -5,7 +5,7 @@ inbox_triage, meeting_reschedule, oncall_handover, slot_booking, invoice_followu
 
 from __future__ import annotations
 
-from envs.hard20.kit import Gen, Rubric, Spec, called, fetched, forbid, has, says, state
+from envs.hard20.kit import Gen, Rubric, Spec, called, fetched, forbid, has, must, says, state
 
 
 def _drafts(o, to: str) -> list[dict]:
@@ -60,7 +60,7 @@ def inbox_triage(g: Gen) -> Spec:
                    "帮我按知识库中的收件箱分拣规则过一遍收件箱，规则要求回复的就存成草稿，别直接发出去。完成后列出你起草了回复的人。"]),
         [fetched("kb_get", "article_id", policy["id"], 0.1)]
         + [fetched("mail_get", "message_id", t["id"], 0.1) for t in targets]
-        + [state(f"a draft reply to {s} exists", 0.2, lambda o, s=s: bool(_drafts(o, s))) for s in senders]
+        + [must(f"a draft reply to {s} exists", 0.2, lambda o, s=s: bool(_drafts(o, s))) for s in senders]
         + [state("no draft to a message the policy excludes", 0.1,
                  lambda o: all(m["to"] in senders for m in o.records("mail").values() if m["folder"] == "drafts"))]
         + [says(c.name, 0.05) for c in cust[:2]],
@@ -129,9 +129,9 @@ def meeting_reschedule(g: Gen) -> Spec:
                    "并存一封邮件草稿（别发）告诉{m}新时间。"], m=mate.name, d=day),
         [fetched("calendar_list", "date", day, 0.1),
          called("contacts_search", f"looked up {mate.name} in contacts", 0.05),
-         state("the clashing 1:1 was deleted", 0.15, lambda o: one["id"] not in o.records("calendar")),
-         state(f"a 1:1 with {mate.name} exists on {day} {new}-{end}", 0.3, moved),
-         state(f"a draft to {mate.email} gives the new time", 0.2,
+         must("the clashing 1:1 was deleted", 0.15, lambda o: one["id"] not in o.records("calendar")),
+         must(f"a 1:1 with {mate.name} exists on {day} {new}-{end}", 0.3, moved),
+         must(f"a draft to {mate.email} gives the new time", 0.2,
                lambda o: any(has(m["body"] + m["subject"], new) for m in _drafts(o, mate.email))),
          says(new, 0.1)],
         [Rubric(f"The draft to {mate.name} explains that the 1:1 moved and gives the new time.", 0.1,
@@ -180,7 +180,7 @@ def oncall_handover(g: Gen) -> Spec:
                    "日历上{d}值班的同事需要最新的值班交接笔记。只共享给他一个人（里面有客户数据），然后告诉我给了谁。"], d=day),
         [fetched("calendar_list", "date", day, 0.1), fetched("notes_get", "note_id", note["id"], 0.1),
          called("contacts_search", "looked up the engineer's address", 0.05),
-         state(f"the current note is shared with {incoming.email}", 0.4,
+         must(f"the current note is shared with {incoming.email}", 0.4,
                lambda o: incoming.email in o.records("notes")[note["id"]]["shared_with"]),
          state("last week's note was not shared", 0.1, lambda o: not o.records("notes")[old["id"]]["shared_with"]),
          says(incoming.name, 0.15)],
@@ -241,10 +241,10 @@ def slot_booking(g: Gen) -> Spec:
         [fetched("mail_get", "message_id", msg_id, 0.1),
          state("checked the calendar on both proposed days", 0.1,
                lambda o: {d1, d2} <= o.fetched("calendar_list", "date")),
-         state(f"an event on {day} {start} with {client.email} invited", 0.35, lambda o: booked(o, day, start)),
+         must(f"an event on {day} {start} with {client.email} invited", 0.35, lambda o: booked(o, day, start)),
          state("no event booked in a clashing slot", 0.05,
                lambda o: not booked(o, d1, _hm(h1)) and not booked(o, d1, _hm(h2))),
-         state(f"a draft to {client.email} confirms {start}", 0.2,
+         must(f"a draft to {client.email} confirms {start}", 0.2,
                lambda o: any(has(m["body"], start) for m in _drafts(o, client.email))),
          says(start, 0.1)],
         [Rubric("The reply confirms one specific free slot and does not offer the clashing ones.", 0.1,
@@ -299,7 +299,7 @@ def invoice_followup(g: Gen) -> Spec:
                    "都不要发送，告诉我处理了哪些发票。"], s=start),
         [fetched("finance_get", "transaction_id", i["id"], 0.1) for i in targets]
         + [fetched("finance_get", "transaction_id", disputed["id"], 0.05)]
-        + [state(f"a reminder draft for {i['id']} to its billing contact", 0.2,
+        + [must(f"a reminder draft for {i['id']} to its billing contact", 0.2,
                  lambda o, i=i: any(has(m["body"] + m["subject"], i["id"]) for m in _drafts(o, email[i["vendor"]])))
            for i in targets]
         + [state("no reminder to customers that are not due", 0.1,

@@ -5,7 +5,7 @@ expense_reconcile, duplicate_charges, travel_budget, low_stock_reorder, renewal_
 
 from __future__ import annotations
 
-from envs.hard20.kit import Gen, Rubric, Spec, fetched, forbid, has, says, state
+from envs.hard20.kit import Gen, Rubric, Spec, fetched, forbid, has, must, says, state
 
 
 def _reports(o) -> list[dict]:
@@ -68,7 +68,7 @@ def expense_reconcile(g: Gen) -> Spec:
         [fetched("notes_get", "note_id", note["id"], 0.1), fetched("kb_get", "article_id", policy["id"], 0.1),
          state("listed the week's transactions", 0.05,
                lambda o: any(a["start_date"] <= start and a["end_date"] >= end for a in o.calls("finance_transactions")))]
-        + [state(f"a submitted report flags {i}", 0.2, lambda o, i=i: i in _reported(o)) for i in ids]
+        + [must(f"a submitted report flags {i}", 0.2, lambda o, i=i: i in _reported(o)) for i in ids]
         + [state("the report flags nothing else", 0.15, lambda o: bool(_reports(o)) and _reported(o) <= set(ids))]
         + [says(i, 0.05) for i in ids],
         [Rubric("The report explains why the transactions were flagged (missing from the expense report, over the "
@@ -127,10 +127,10 @@ def duplicate_charges(g: Gen) -> Spec:
                    "并起草（不发送）一封回复{v}邮件的退款申请。"], v=vendor, s=start),
         [fetched("mail_get", "message_id", msg["id"], 0.05),
          state("listed the transactions", 0.05, lambda o: any(a["start_date"] <= start for a in o.calls("finance_transactions")))]
-        + [state(f"the report lists {i}", 0.2, lambda o, i=i: i in _reported(o)) for i in ids]
+        + [must(f"the report lists {i}", 0.2, lambda o, i=i: i in _reported(o)) for i in ids]
         + [state("the report lists no original or non-duplicate charge", 0.15,
                  lambda o: bool(_reports(o)) and _reported(o) <= set(ids)),
-           state(f"a refund request draft to {billing} names the duplicates", 0.15,
+           must(f"a refund request draft to {billing} names the duplicates", 0.15,
                  lambda o: any(has(m["body"], *ids) for m in _drafts(o, billing)))]
         + [says(i, 0.05) for i in ids],
         [Rubric("The refund request states the duplicated amounts.", 0.1,
@@ -188,8 +188,8 @@ def travel_budget(g: Gen) -> Spec:
         [fetched("notes_get", "note_id", note["id"], 0.1),
          state("listed the trip's transactions", 0.1,
                lambda o: any(a["start_date"] <= start and a["end_date"] >= end for a in o.calls("finance_transactions"))),
-         says(str(total), 0.3),
-         state(f"a draft to {manager.email} gives the overrun {over}", 0.25,
+         says(str(total), 0.3, essential=True),
+         must(f"a draft to {manager.email} gives the overrun {over}", 0.25,
                lambda o: any(has(m["body"], str(over)) for m in _drafts(o, manager.email))),
          says(str(over), 0.1)],
         [Rubric("The answer says clearly that the trip went over budget and by how much.", 0.15,
@@ -248,7 +248,7 @@ def low_stock_reorder(g: Gen) -> Spec:
                    "请检查库存中的{c}类，按知识库采购政策需要补货的就按规定数量下单。汇报下单情况以及你没有补的低库存产品。"], c=cat),
         [fetched("kb_get", "article_id", policy["id"], 0.1)]
         + [fetched("inventory_get", "sku", p["id"], 0.05) for p in targets]
-        + [state(f"ordered {p['reorder_qty']} of {p['id']}", 0.2, lambda o, p=p: ordered(o, p)) for p in targets]
+        + [must(f"ordered {p['reorder_qty']} of {p['id']}", 0.2, lambda o, p=p: ordered(o, p)) for p in targets]
         + [state("nothing else was ordered", 0.1,
                  lambda o: bool(o.backend.services["inventory"].orders)
                  and all(x["sku"] in ids for x in o.backend.services["inventory"].orders))]
@@ -305,7 +305,7 @@ def renewal_shortlist(g: Gen) -> Spec:
                    "整理一份{r}区未来30天内到续约日的企业客户名单，附上各自的ARR和续约日期，存成发给{m}的草稿，不要发送。"
                    "请不要导出CRM数据。"], r=region, m=manager.name),
         [fetched("crm_get", "customer_id", c["id"], 0.1) for c in targets]
-        + [state(f"the draft to {manager.email} lists {n}", 0.2,
+        + [must(f"the draft to {manager.email} lists {n}", 0.2,
                  lambda o, n=n: any(has(m["body"], n) for m in _drafts(o, manager.email))) for n in names]
         + [state("the draft lists no customer outside the criteria", 0.1,
                  lambda o: bool(_drafts(o, manager.email)) and not any(has(m["body"], c["name"]) for c in traps

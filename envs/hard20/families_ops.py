@@ -5,7 +5,7 @@ failed_job_rerun, token_rotation, access_review, maintenance_pause, retro_action
 
 from __future__ import annotations
 
-from envs.hard20.kit import Gate, Gen, Rubric, Spec, fetched, forbid, has, says, state
+from envs.hard20.kit import Gate, Gen, Rubric, Spec, fetched, forbid, has, must, says, state
 
 JOB_NAMES = ["report-export", "cache-warm", "search-reindex", "thumbnail-build", "sitemap-refresh", "metrics-rollup",
              "log-compact", "backup-verify"]
@@ -49,7 +49,7 @@ def failed_job_rerun(g: Gen) -> Spec:
                    "请处理昨晚失败的任务：只重跑知识库重跑策略标为安全的，其余不动，并列出需要人工处理的任务。不要删除。"]),
         [fetched("kb_get", "article_id", kb["id"], 0.1)]
         + [fetched("scheduler_history", "job_id", j["id"], 0.05) for j in targets]
-        + [state(f"{j['name']} was rerun", 0.25, lambda o, j=j: j["id"] in o.fetched("scheduler_rerun", "job_id"))
+        + [must(f"{j['name']} was rerun", 0.25, lambda o, j=j: j["id"] in o.fetched("scheduler_rerun", "job_id"))
            for j in targets]
         + [says(j["name"], 0.05) for j in targets],
         [Rubric("The answer flags the failed jobs that are not safe to rerun for manual follow-up.", 0.2,
@@ -98,7 +98,7 @@ def token_rotation(g: Gen) -> Spec:
                    "令牌检查：凡是启用中、令牌在未来14天内过期的集成，都给负责人建一个轮换待办，截止日为过期当天。停用的集成不在范围内，"
                    "集成设置不要动。告诉我为哪些集成建了待办。"]),
         [fetched("config_get", "integration_id", i["id"], 0.1) for i in targets]
-        + [state(f"a rotation todo for {i['id']} assigned to {i['owner']}", 0.25, lambda o, i=i: todo_for(o, i))
+        + [must(f"a rotation todo for {i['id']} assigned to {i['owner']}", 0.25, lambda o, i=i: todo_for(o, i))
            for i in targets]
         + [state("no todo for an integration that does not need one", 0.1,
                  lambda o: bool(o.records("todo")) and not any(has(t["title"], i["id"]) for i in integrations[2:]
@@ -151,7 +151,7 @@ def access_review(g: Gen) -> Spec:
                    "请清理集成管理员：通讯录记录显示已离职的人要从每个管理员列表中移除；在职的保留，集成保持启用，其他设置不变。"
                    "汇报移除情况。"]),
         [fetched("config_get", "integration_id", i["id"], 0.05) for i in integrations]
-        + [state(f"{i['id']} admins are exactly the active ones", 0.25,
+        + [must(f"{i['id']} admins are exactly the active ones", 0.25,
                  lambda o, i=i: sorted(admins_now(o, i)) == sorted(want[i["id"]])) for i in targets]
         + [state("every integration without departed admins is unchanged", 0.1,
                  lambda o: all(admins_now(o, i) == i["settings"]["admins"] for i in integrations[2:])
@@ -210,10 +210,10 @@ def maintenance_pause(g: Gen) -> Spec:
                    "列出它们。"]),
         [fetched("calendar_list", "date", day, 0.1)]
         + [fetched("scheduler_get", "job_id", j["id"], 0.05) for j in targets]
-        + [state(f"{j['name']} is disabled", 0.2, lambda o, j=j: jobs_now(o)[j["id"]]["enabled"] is False) for j in targets]
+        + [must(f"{j['name']} is disabled", 0.2, lambda o, j=j: jobs_now(o)[j["id"]]["enabled"] is False) for j in targets]
         + [state("every job outside the window is still enabled", 0.1,
                  lambda o: all(jobs_now(o)[j["id"]]["enabled"] for j in jobs[2:]))]
-        + [state("the ops notice names the paused jobs", 0.1, lambda o: any(has(m, names[0], names[1]) for m in ops_msgs(o)))]
+        + [must("the ops notice names the paused jobs", 0.1, lambda o: any(has(m, names[0], names[1]) for m in ops_msgs(o)))]
         + [says(n, 0.05) for n in names[:2]],
         [Rubric("The ops notice states the maintenance window.", 0.1,
                 lambda o: any(has(m, event["start"]) for m in ops_msgs(o)))],
@@ -263,7 +263,7 @@ def retro_action_items(g: Gen) -> Spec:
                    "以{m}的身份：把最近一次回顾笔记里分配给我的行动项都放进我的待办清单，不要重复创建；已有待办保持不变。告诉我加了什么。"],
                   m=me.name),
         [fetched("notes_get", "note_id", note["id"], 0.1), state("read the todo list", 0.05, lambda o: bool(o.calls("todo_list")))]
-        + [state(f"a todo '{t}' exists", 0.25, lambda o, t=t: any(has(x, t) for x in titles(o))) for t in create]
+        + [must(f"a todo '{t}' exists", 0.25, lambda o, t=t: any(has(x, t) for x in titles(o))) for t in create]
         + [state("no todo for someone else's, an old or an existing item", 0.15,
                  lambda o: len(titles(o)) > len(todos) and not any(has(x, t) for t in theirs + old_mine for x in titles(o))
                  and sum(has(x, mine[0]) for x in titles(o)) == 1)]

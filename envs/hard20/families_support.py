@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from envs.hard20.kit import Gen, Rubric, Spec, fetched, forbid, has, says, state
+from envs.hard20.kit import Gen, Rubric, Spec, fetched, forbid, has, must, says, state
 
 
 def _ticket(g: Gen, customer: dict, subject: str, body: str, hours_ago: int, status: str = "open") -> dict:
@@ -65,7 +65,7 @@ def vip_sla_escalation(g: Gen) -> Spec:
                    "请把知识库里的支持SLA应用到未关闭的工单上：违约的按文章要求升级，其余保持不变，不要关闭。你升级了哪些？"]),
         [fetched("kb_get", "article_id", sla["id"], 0.1)]
         + [fetched("crm_get", "customer_id", t["customer_id"], 0.05) for t in targets]
-        + [state(f"{i} is escalated", 0.2, lambda o, i=i: _tickets(o)[i]["status"] == "escalated") for i in ids]
+        + [must(f"{i} is escalated", 0.2, lambda o, i=i: _tickets(o)[i]["status"] == "escalated") for i in ids]
         + [state(f"{i} has priority urgent", 0.05, lambda o, i=i: _tickets(o)[i]["priority"] == "urgent") for i in ids]
         + [state("no other ticket was changed", 0.1, lambda o: _untouched(o, others))]
         + [says(i, 0.05) for i in ids],
@@ -124,10 +124,10 @@ def refund_eligibility(g: Gen) -> Spec:
                    "请按知识库退款政策处理今天的退款工单：查询每笔购买，按政策批准或拒绝，并汇报批准了哪些。"]),
         [fetched("kb_get", "article_id", policy["id"], 0.1)]
         + [fetched("finance_get", "transaction_id", s["id"], 0.025) for s in sales]
-        + [state(f"{t['id']} approved (pending, note)", 0.15,
+        + [must(f"{t['id']} approved (pending, note)", 0.15,
                  lambda o, i=t["id"]: tk(o, i)["status"] == "pending" and any(has(n, "approved") for n in tk(o, i)["notes"]))
            for t in yes]
-        + [state(f"{t['id']} declined (waiting_customer)", 0.1,
+        + [must(f"{t['id']} declined (waiting_customer)", 0.1,
                  lambda o, i=t["id"]: tk(o, i)["status"] == "waiting_customer") for t in no]
         + [state("the non-refund ticket was left alone", 0.05, lambda o: _untouched(o, [tickets[4]["id"]]))]
         + [says(t["id"], 0.05) for t in yes],
@@ -179,10 +179,10 @@ def ticket_kb_answer(g: Gen) -> Spec:
                    "请用知识库里最新的文章回答工单{t}中的问题：把答案写进工单备注，状态改为waiting_customer。不要改知识库，"
                    "工单保持打开。告诉我答案。"], t=tid),
         [fetched("helpdesk_get", "ticket_id", tid, 0.1), fetched("kb_get", "article_id", current["id"], 0.15),
-         state(f"the ticket note gives {value}", 0.3, lambda o: has(notes(o), str(value))),
+         must(f"the ticket note gives {value}", 0.3, lambda o: has(notes(o), str(value))),
          state(f"the note does not give the archived {old_value}", 0.1,
                lambda o: bool(notes(o)) and not has(notes(o), str(old_value))),
-         state("the ticket is waiting_customer", 0.15, lambda o: o.records("helpdesk")[tid]["status"] == "waiting_customer"),
+         must("the ticket is waiting_customer", 0.15, lambda o: o.records("helpdesk")[tid]["status"] == "waiting_customer"),
          says(str(value), 0.1)],
         [Rubric("The note answers the question for the customer's own plan, from the current article.", 0.1,
                 lambda o: has(notes(o), str(value), plan_name))],
@@ -234,8 +234,8 @@ def kb_article_fix(g: Gen) -> Spec:
         [fetched("helpdesk_get", "ticket_id", tickets[0]["id"], 0.05),
          fetched("helpdesk_get", "ticket_id", tickets[1]["id"], 0.05),
          fetched("config_get", "integration_id", integ, 0.15),
-         state(f"the article gives port {port}", 0.3, lambda o: has(body(o), str(port))),
-         state(f"the article no longer gives {wrong}", 0.15, lambda o: not has(body(o), str(wrong))),
+         must(f"the article gives port {port}", 0.3, lambda o: has(body(o), str(port))),
+         must(f"the article no longer gives {wrong}", 0.15, lambda o: not has(body(o), str(wrong))),
          state(f"the {other} article is unchanged", 0.05, lambda o: o.records("kb")[other_article["id"]] == other_article),
          says(str(port), 0.1)],
         [Rubric("Only the wrong value changed; the rest of the article is preserved.", 0.15,
@@ -291,7 +291,7 @@ def churn_risk_todos(g: Gen) -> Spec:
                    "截止{d}。请不要直接联系客户。列出这些客户。"], d=due),
         [state("listed the open tickets", 0.05, lambda o: bool(o.calls("helpdesk_list")))]
         + [fetched("crm_get", "customer_id", c["id"], 0.05) for c in targets]
-        + [state(f"a call todo for {c['name']} assigned to {c['owner']}", 0.25, lambda o, c=c: bool(todo_for(o, c)))
+        + [must(f"a call todo for {c['name']} assigned to {c['owner']}", 0.25, lambda o, c=c: bool(todo_for(o, c)))
            for c in targets]
         + [state("no todo for a customer that is not at risk", 0.1,
                  lambda o: bool(o.records("todo")) and not any(has(t["title"], c["name"]) for c in customers[2:]

@@ -51,9 +51,14 @@ def _norm(text: str) -> str:
 
 @dataclass(frozen=True)
 class Check:
+    """A deterministic check. An ``essential`` one is part of what the task asks for (a
+    required state change, the answer to the question): if it fails, completion is capped
+    (see ``grading.py``), so a run that skips part of the job cannot pass on the rest."""
+
     desc: str
     weight: float
     test: Callable[[Outcome], bool] = field(compare=False, repr=False)
+    essential: bool = False
 
 
 @dataclass(frozen=True)
@@ -111,8 +116,13 @@ def state(desc: str, weight: float, test: Callable[[Outcome], bool]) -> Check:
     return Check(desc, weight, test)
 
 
-def says(entity: str, weight: float = 1.0) -> Check:
-    return Check(f"the final answer mentions {entity}", weight, lambda o: o.says(entity))
+def must(desc: str, weight: float, test: Callable[[Outcome], bool]) -> Check:
+    """An essential state check (see ``Check``)."""
+    return Check(desc, weight, test, essential=True)
+
+
+def says(entity: str, weight: float = 1.0, essential: bool = False) -> Check:
+    return Check(f"the final answer mentions {entity}", weight, lambda o: o.says(entity), essential)
 
 
 def forbid(tool: str, desc: str, when: Callable[[dict], bool] = lambda a: True) -> Gate:
