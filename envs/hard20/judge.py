@@ -111,7 +111,7 @@ class EndpointClient:
     """``judge_fn`` for an OpenAI-compatible endpoint. The API key comes from ``api_key``
     or the environment variable ``api_key_env``; it is never shown in ``repr``."""
 
-    def __init__(self, base_url: str, model: str, api_key: str | None = None, api_key_env: str = "OPENAI_API_KEY",
+    def __init__(self, base_url: str = "", model: str = "", api_key: str | None = None, api_key_env: str = "OPENAI_API_KEY",
                  timeout: float = 120.0, max_tokens: int = 64):
         if not base_url or not model:
             raise ValueError("judge_endpoint needs base_url (e.g. http://localhost:8000/v1) and model")
@@ -136,6 +136,8 @@ class EndpointClient:
             raise RuntimeError(f"judge endpoint {self.url} answered HTTP {e.code}") from None
         except urllib.error.URLError as e:
             raise RuntimeError(f"judge endpoint {self.url} unreachable: {e.reason}") from None
+        except OSError as e:  # e.g. a read timeout, which urllib does not wrap
+            raise RuntimeError(f"judge endpoint {self.url} failed: {type(e).__name__}: {e}") from None
         return payload["choices"][0]["message"].get("content") or ""
 
 
