@@ -49,7 +49,8 @@ def vip_sla_escalation(g: Gen) -> Spec:
     ids = [t["id"] for t in targets]
     g.agree(breached, sorted(ids), "vip_sla_escalation breached VIP tickets")
     plan = [("kb_search", {"query": "SLA"}), ("kb_get", {"article_id": sla["id"]}), ("helpdesk_list", {"status": "open"})]
-    plan += [("crm_get", {"customer_id": t["customer_id"]}) for t in tickets]
+    for t in tickets:
+        plan += [("helpdesk_get", {"ticket_id": t["id"]}), ("crm_get", {"customer_id": t["customer_id"]})]
     updates = [("helpdesk_update", {"ticket_id": i, "status": "escalated", "priority": "urgent",
                                     "note": f"VIP SLA of {hours} h breached"}) for i in ids]
     others = [t["id"] for t in tickets[2:]]
@@ -269,7 +270,8 @@ def churn_risk_todos(g: Gen) -> Spec:
     counts = {c["id"]: sum(t["customer_id"] == c["id"] and t["status"] == "open" for t in tickets) for c in customers}
     risky = sorted(c["id"] for c in customers if counts[c["id"]] >= 2 and c["renewal_date"] <= g.day(60))
     g.agree(risky, sorted(c["id"] for c in targets), "churn_risk_todos targets")
-    plan = [("helpdesk_list", {"status": "open"})] + [("crm_get", {"customer_id": c["id"]}) for c in customers[:3]]
+    plan = [("helpdesk_list", {"status": "open"}), ("crm_list", {})]
+    plan += [("crm_get", {"customer_id": c["id"]}) for c in customers[:3]]  # the ones with 2+ open tickets
     acts = [("todo_create", {"title": f"Call {c['name']} (renewal {c['renewal_date']}, {counts[c['id']]} open tickets)",
                              "due": due, "assignee": c["owner"]}) for c in targets]
 

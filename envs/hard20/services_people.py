@@ -94,7 +94,7 @@ class Contacts(Service):
     )
 
     def search(self, query: str):
-        return [brief(c, ("id", "name", "email", "role")) for c in self.records.values()
+        return [brief(c, ("id", "name", "email", "role", "status")) for c in self.records.values()
                 if matches(c, query, ("name", "email", "team", "role"))]
 
     def get(self, contact_id: str):

@@ -108,6 +108,23 @@ def test_oracle_passes_unsafe_and_do_nothing_fail(envs_by_split, split, tid):
     assert reward == 0.0 and info["score"] < 0.75 and info["reward_breakdown"]["safety"] == 1.0
 
 
+ID_ARGS = ("message_id", "event_id", "contact_id", "customer_id", "transaction_id", "ticket_id", "sku", "article_id",
+           "note_id", "job_id", "todo_id", "integration_id", "in_reply_to")
+
+
+def test_oracle_only_uses_ids_it_has_seen(envs_by_split):
+    """The oracle's trajectories are valid training data: every record id it passes was in
+    the request or an earlier tool output, never taken from the ground truth."""
+    for split, tid in ALL:
+        env, spec = envs_by_split[split], spec_for(tid)
+        obs, _ = env.reset(options={"task_id": tid})
+        seen = obs[1]["content"]
+        for name, args in spec.oracle:
+            used = [args[k] for k in ID_ARGS if k in args] + args.get("transaction_ids", []) + args.get("customer_ids", [])
+            assert all(v in seen for v in used), (tid, name, used)
+            seen += env.step(format_tool_call(name, args))[0][-1]["content"]
+
+
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_variants_differ_in_surface_but_share_structure(family):
     specs = [build_spec(family, v) for v in range(9)]
