@@ -236,10 +236,14 @@ class NavigationRules:
         if fix["kind"] == "search":
             return format_assistant_turn("", [{"name": "poi_search",
                                                "arguments": {"address": fix["place"]["name"], "region": fix["region"]}}])
-        # Same tool, same prose (the agent's own words) unless the prose states numbers or
-        # coordinates, which may be the wrong ones being replaced.
+        # Minimal edit: the agent's prose (unless it states numbers or coordinates, which
+        # may be the wrong ones) and its other calls stay; its direction call is replaced
+        # (a second direction call in the same turn would be judged instead, so it goes).
         prose = turn["content"] if original is not None and not re.search(r"\d", turn["content"]) else ""
-        calls = [{"name": "direction", "arguments": fix["arguments"]}]
+        fixed = {"name": "direction", "arguments": fix["arguments"]}
+        calls = [c for c in turn["tool_calls"] if c.get("name") != "direction"] if original is not None else []
+        at = turn["tool_calls"].index(original) if original is not None else 0
+        calls.insert(min(at, len(calls)), fixed)
         return format_assistant_turn(prose, calls)
 
     def _plan(self, before: list[dict], turn: dict, errors: list[tuple[str, dict]], evidence: dict,
@@ -256,7 +260,9 @@ class NavigationRules:
         call = next((c for c in turn["tool_calls"] if c.get("name") == "direction"), None)
         args = dict(call.get("arguments") or {}) if call else {}
         needed: list[tuple[dict, str | None]] = []  # (place, grounded location) of every replaced slot
-        new = {"origin": args.get("origin"), "destination": args.get("destination"), "mode": "driving"}
+        new = {"origin": args.get("origin"), "destination": args.get("destination")}
+        if "mode" in args or not call:
+            new["mode"] = "driving"
         for key, place in (("origin", origin), ("destination", destination)):
             if not self._is(new[key], place, evidence):
                 needed.append((place, located(place)))

@@ -87,7 +87,7 @@ _DATE = re.compile(r"(?<!\d)(\d{4})-(\d{1,2})-(\d{1,2})(?!\d)")
 # covers B0700320F0, HAT001, #W1234567, mia_li_3668, credit_card_7815826, 1008292230,
 # 029-76997311 (phone numbers), and never a plain price like 54.32.
 _TOKEN = re.compile(r"#?[A-Za-z0-9][A-Za-z0-9_\-]*[A-Za-z0-9]|#?[A-Za-z0-9]")
-# ASCII look-arounds: "约12.3公里" and "12.5km" hold numbers (CJK characters are \\w).
+# ASCII look-arounds: "约12.3公里" and "12.5km" hold numbers (CJK characters are \w).
 _NUMBER = re.compile(r"(?<![A-Za-z0-9_.])-?\d+(?:\.\d+)?(?!\d|\.\d)")
 #: numbers that are parameters, not facts: small counts and the usual radius / page sizes.
 FREE_NUMBERS = frozenset({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 20, 50, 100, 200, 300, 500, 1000, 1500, 2000,
@@ -140,9 +140,9 @@ def _pair_grounded(pair: str, history_text: str) -> bool:
                for a, b in _history_index(history_text)["pairs"])
 
 
-def _number_grounded(number: str, history_text: str, derived: bool = False) -> bool:
+def _number_grounded(number: str, history_text: str, derived: bool, free: frozenset) -> bool:
     value = float(number)
-    if value.is_integer() and abs(value) in FREE_NUMBERS:
+    if value.is_integer() and abs(value) in free:
         return True
     known = _history_index(history_text)["numbers"]
     if any(abs(value - h) <= 1e-9 * max(1.0, abs(h)) for h in known):
@@ -179,7 +179,7 @@ def _date_grounded(date: str, history_text: str) -> bool:
                for n in names)
 
 
-def _ungrounded_facts(text: str, history_text: str, where: str, derived: bool) -> list[str]:
+def _ungrounded_facts(text: str, history_text: str, where: str, derived: bool, free: frozenset) -> list[str]:
     facts, problems = _facts(text), []
     for pair in facts["pairs"]:
         if not _pair_grounded(pair, history_text):
@@ -191,7 +191,7 @@ def _ungrounded_facts(text: str, history_text: str, where: str, derived: bool) -
         if not _date_grounded(date, history_text):
             problems.append(f"{where}: date {date} does not appear in the user request or any earlier tool output")
     for number in facts["numbers"]:
-        if not _number_grounded(number, history_text, derived):
+        if not _number_grounded(number, history_text, derived, free):
             problems.append(f"{where}: number {number} does not appear in the user request or any earlier tool output")
     return problems
 
@@ -212,14 +212,14 @@ def _strings(value, path: str):
         yield path, str(value)
 
 
-def ungrounded_arguments(tool_calls: list[dict], history_text: str) -> list[str]:
+def ungrounded_arguments(tool_calls: list[dict], history_text: str, free_numbers=FREE_NUMBERS) -> list[str]:
     """Coordinates, ids, emails, dates and numbers in the calls' arguments that appear in
     neither the user request nor an earlier tool output (``history_text`` is exactly those).
-    Integers in ``FREE_NUMBERS`` are parameters, not facts (limits, radii, counts)."""
+    Integers in ``free_numbers`` are parameters, not facts (limits, radii, counts)."""
     problems = []
     for call in tool_calls:
         for path, text in _strings(call.get("arguments") or {}, call.get("name", "?")):
-            problems += _ungrounded_facts(text, history_text, f"argument {path}", derived=False)
+            problems += _ungrounded_facts(text, history_text, f"argument {path}", False, frozenset(free_numbers))
     return problems
 
 
@@ -233,6 +233,14 @@ _PLACE_SUFFIXES = tuple(sorted(("购物中心", "火车站", "高铁站", "博�
 # numerals, verbs of motion): "您入住的酒店", "下一站", "去公园" are not names.
 _NOT_NAME = set("的了个这那些家您你我他她它们在到去和与及从是就都也还再先后经过往至回第一二三四五六七八九十两几每各首末上下前此其该本共约"
                 "住游逛玩走开停到达离出发抵返将会可请帮为给把被对向沿")
+# A one-character suffix followed by these characters is the start of a common word, not
+# the end of a name: 驾车路线, 市区, 站台, 店铺, 城市 ...
+_SUFFIX_CONTINUES = {"路": "线况程口段上边面径", "区": "域间内", "市": "区场内中民", "站": "点台内", "店": "铺里内面员",
+                     "馆": "内", "园": "区内", "城": "市区内", "山": "路顶", "湖": "边", "港": "口", "街": "道区",
+                     "镇": "上", "岛": "上", "县": "城", "桥": "下上", "宫": "殿"}
+# Generic nouns that end in a suffix character but never close a name (城市道路, 高速公路).
+_GENERIC = {"道路", "公路", "马路", "线路", "网站", "城市", "地区", "社区", "小区", "市区", "郊区", "山区", "街区", "园区",
+            "商店", "书店", "校园"}
 _CJK_RUN = re.compile(r"[\u4e00-\u9fff]+")
 
 
@@ -246,9 +254,11 @@ def _place_names(text: str) -> list[str]:
             # the longest suffix ending here: 博物馆 rather than 馆, so "民俗博物馆" is
             # checked once and not again as "物馆"
             suffix = next((x for x in _PLACE_SUFFIXES if s.endswith(x, 0, end)), None)
-            if suffix is None:
+            if suffix is None or (end < len(s) and s[end] in _SUFFIX_CONTINUES.get(suffix, "")):
                 continue
             start = j = end - len(suffix)
+            if s[max(0, start - 1):end] in _GENERIC:
+                continue
             while j > 0 and s[j - 1] not in _NOT_NAME:
                 j -= 1
             if start - j >= 2:
@@ -256,21 +266,21 @@ def _place_names(text: str) -> list[str]:
     return names
 
 
-def ungrounded_final_answer(text: str, history_text: str) -> list[str]:
+def ungrounded_final_answer(text: str, history_text: str, free_numbers=FREE_NUMBERS) -> list[str]:
     """Facts in a text reply that the history does not support: coordinates, ids, dates,
     numbers (also as unit conversions of tool numbers), quoted names, and Chinese place
-    names (the last two name characters plus the suffix must occur in the history)."""
-    body = re.sub(r"<think>.*?</think>", " ", text, flags=re.DOTALL)
-    problems = _ungrounded_facts(body, history_text, "answer", derived=True)
+    names (the last two name characters plus the suffix must occur in the history).
+    A think block is checked like the rest: its tokens are trained on too."""
+    problems = _ungrounded_facts(text, history_text, "answer", True, frozenset(free_numbers))
     low = history_text.lower()
-    for name in dict.fromkeys(m.group(1).strip() for m in _QUOTED.finditer(body)):
+    for name in dict.fromkeys(m.group(1).strip() for m in _QUOTED.finditer(text)):
         # Scare quotes ("fastest") are not names: only spans with a CJK character, a
         # capital or a digit are checked.
         if not re.search(r"[\u4e00-\u9fffA-Z0-9]", name):
             continue
         if name.lower() not in low:
             problems.append(f"answer: quoted name {name!r} does not appear in the history")
-    for name in dict.fromkeys(_place_names(body)):
+    for name in dict.fromkeys(_place_names(text)):
         if name not in history_text:
             problems.append(f"answer: place name ending {name!r} does not appear in the history")
     return problems
@@ -338,7 +348,7 @@ def grounding_text(history_messages: list[dict]) -> str:
 
 
 def check_corrected_step(turn_text: str, *, tool_schemas: list[dict], history_messages: list[dict],
-                         is_final: bool, language: str | None = None) -> list[str]:
+                         is_final: bool, language: str | None = None, free_numbers=FREE_NUMBERS) -> list[str]:
     """All V2 checks on the corrected step ``turn_text`` given the messages before it.
 
     ``is_final``: the step is the episode's last turn (a text answer with no continuation);
@@ -356,9 +366,9 @@ def check_corrected_step(turn_text: str, *, tool_schemas: list[dict], history_me
     if is_final and (parsed["tool_calls"] or parsed["parse_error"]):
         problems.append("a corrected final answer must not call tools")
     problems += tool_call_problems(turn_text, tool_schemas)
-    problems += ungrounded_arguments(parsed["tool_calls"], history)
+    problems += ungrounded_arguments(parsed["tool_calls"], history, free_numbers)
     if parsed["content"]:
-        problems += ungrounded_final_answer(parsed["content"], history)
+        problems += ungrounded_final_answer(parsed["content"], history, free_numbers)
     return problems
 
 

@@ -240,3 +240,22 @@ def test_correct_rejects_a_step_outside_the_episode(env):
     env.reset(options={"task_id": task_id})
     with pytest.raises(ValueError, match="outside"):
         RULES.correct(list(env.messages), [], env.reward_evidence(), {"step": 3, "error_types": ["wrong_order"]})
+
+
+def test_minimal_edit_keeps_prose_and_other_calls(env):
+    task_id = pick_task(env, lambda e: e["level"] == 4 and len(e["waypoints"]) >= 3)
+    args, evidence = oracle_until_route(env, task_id)
+    points = args["waypoints"].split(";")
+    bad = {k: v for k, v in args.items() if k != "mode"}
+    bad["waypoints"] = ";".join(points[::-1])
+    turn = ("好的，现在规划路线。\n" + format_tool_call("weather", {"city": evidence["city"]}) + "\n"
+            + format_tool_call("direction", bad) + "\n" + format_tool_call("direction", bad))
+    env.step(turn)
+    env.step(reply("zh"))
+    actions, messages = env.snapshot()["actions"], list(env.messages)
+    verdict = RULES.validate(messages, actions, evidence)
+    assert verdict["error_types"] == ["wrong_order"] and verdict["step"] == len(actions) - 2
+    fixed = parse_tool_calls(RULES.correct(messages, actions, evidence, verdict))
+    assert fixed["content"] == "好的，现在规划路线。"
+    assert fixed["tool_calls"] == [{"name": "weather", "arguments": {"city": evidence["city"]}},
+                                   {"name": "direction", "arguments": {**bad, "waypoints": args["waypoints"]}}]

@@ -215,3 +215,36 @@ def test_check_corrected_step_combines_checks(nav):
     said = messages + [{"role": "tool", "content": "手机提示：请输入验证码"}]
     assert check_corrected_step("好的，我看到提示了。", tool_schemas=tools, history_messages=said, is_final=True) == []
     assert check_corrected_step("好的，我看到提示了。", tool_schemas=tools, history_messages=messages, is_final=True)
+
+
+def test_a_rich_answer_after_a_real_oracle_episode(nav):
+    """Every place by name, the route's numbers converted, common words that end like place
+    names (驾车路线, 城市道路, 市区): grounded. One invented place or distance: not."""
+    from envs.navigation.agents import OracleAgent, run_episode
+    env, _, _ = nav
+    reward, _, messages = run_episode(env, OracleAgent, "nav-test-0007")
+    assert reward == 1.0
+    evidence, route = env.reward_evidence(), json.loads(messages[-2]["content"])
+    history = grounding_text(messages[:-1])
+    km, minutes = int(route["distance"]) / 1000, int(route["duration"]) // 60
+    stops = "、".join(w["name"] for w in evidence["waypoints"])
+    answer = (f"已为您规划好驾车路线：从{evidence['origin']['name']}出发，依次经过{stops}，最后到达"
+              f"{evidence['destination']['name']}。全程约{km:.1f}公里，预计{minutes}分钟。市区路况良好，城市道路畅通，祝您旅途愉快！")
+    assert ungrounded_final_answer(answer, history) == []
+    invented = answer.replace(evidence["waypoints"][0]["name"], "长安碑林博物馆")
+    assert any("碑林博物馆" in p for p in ungrounded_final_answer(invented, history))
+    assert any(f"number {km + 7:.1f}" in p for p in ungrounded_final_answer(answer.replace(f"{km:.1f}", f"{km + 7:.1f}"), history))
+
+
+def test_think_blocks_are_checked_too():
+    assert ungrounded_final_answer("<think>the museum is really at 109.095670,34.321748</think>全程约12.3公里。",
+                                   ROUTE_HISTORY)
+    assert forbidden_words("<think>the rubric wants two stops</think>OK", "en") == ["forbidden word 'rubric'"]
+
+
+def test_free_numbers_are_configurable():
+    args = [{"name": "around_search", "arguments": {"radius": 5000, "limit": 25}}]
+    assert [p for p in ungrounded_arguments(args, "") if "number" in p] == [
+        "argument around_search.limit: number 25 does not appear in the user request or any earlier tool output"]
+    assert ungrounded_arguments(args, "", free_numbers={25, 5000}) == []
+    assert len(ungrounded_arguments(args, "", free_numbers=set())) == 2
