@@ -24,6 +24,8 @@ FAMILIES = {f.__name__: f for f in (
     support.vip_sla_escalation, support.refund_eligibility, support.ticket_kb_answer, support.kb_article_fix,
     support.churn_risk_todos,
     ops.failed_job_rerun, ops.token_rotation, ops.access_review, ops.maintenance_pause, ops.retro_action_items)}
+# One line per family (its generator's docstring), for reports and the README.
+SUMMARIES = {name: (fn.__doc__ or "").strip().splitlines()[0] for name, fn in FAMILIES.items()}
 NUM_VARIANTS = 8
 SPLITS = ("train", "test")
 _ID = re.compile(r"^hard20-([a-z_]+?)(?:-v(\d+))?$")

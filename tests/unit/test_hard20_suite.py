@@ -63,6 +63,12 @@ def test_unknown_split_task_and_family_errors(envs_by_split):
         build_spec("tax_filing", 0)
 
 
+def test_every_family_is_summarised_and_spans_several_services():
+    from envs.hard20.suite import SUMMARIES
+    assert list(SUMMARIES) == list(FAMILIES) and all(len(line) > 30 for line in SUMMARIES.values())
+    assert all(len(build_spec(f, 0).fixtures) >= 2 for f in FAMILIES)
+
+
 def test_splits_have_the_documented_sizes_and_are_disjoint():
     test, train = split_ids("test"), split_ids("train")
     assert len(FAMILIES) == 20 and len(test) == 20 and len(train) == 160 and not set(test) & set(train)
@@ -137,6 +143,9 @@ def test_variants_differ_in_surface_but_share_structure(family):
     ids = [{r["id"] for records in s.fixtures.values() for r in records} for s in specs]
     assert all(ids[0] != other for other in ids[1:])
     assert len({s.today for s in specs}) > 1  # dates shift
+    for s in specs:  # deterministic checks carry most of the weight; some are essential
+        rubric, checks = sum(r.weight for r in s.rubric), sum(c.weight for c in s.checks)
+        assert rubric + checks == pytest.approx(1.0) and 0.1 <= rubric <= 0.2 and any(c.essential for c in s.checks)
     for v in range(9, 15):  # the generator's invariants hold beyond the published seeds too
         FAMILIES[family](Gen(family, v))
 
