@@ -62,14 +62,16 @@ def _objects(text: str) -> tuple[list[str], bool]:
 
 
 def _to_json(src: str) -> str:
-    """Rewrite Python-ish object syntax as JSON: single-quoted strings, True/False/None,
-    trailing commas. Only bare tokens outside strings change."""
+    """Rewrite Python-ish object syntax as JSON: single- or curly-quoted strings,
+    True/False/None, trailing commas, // comments, full-width ：and ，(Chinese prompts).
+    Only what is outside strings changes."""
     out, i, n = [], 0, len(src)
     while i < n:
         ch = src[i]
-        if ch in "\"'":
+        if ch in "\"'“":
+            close = "”" if ch == "“" else ch
             j, buf = i + 1, []
-            while j < n and src[j] != ch:
+            while j < n and src[j] != close:
                 if src[j] == "\\" and j + 1 < n:
                     buf.append(src[j:j + 2])
                     j += 2
@@ -87,6 +89,11 @@ def _to_json(src: str) -> str:
             out.append({"True": "true", "False": "false", "None": "null"}[m.group(1)])
             i += len(m.group(1))
             continue
+        if ch == "/" and src[i + 1:i + 2] == "/":
+            i = src.find("\n", i)
+            i = n if i < 0 else i
+            continue
+        ch = {"：": ":", "，": ","}.get(ch, ch)
         if ch == ",":
             rest = src[i + 1:].lstrip()
             if rest[:1] in ("}", "]"):
@@ -99,8 +106,8 @@ def _to_json(src: str) -> str:
 
 def _load(span: str):
     for candidate in (span, None):
-        try:
-            return json.loads(candidate if candidate is not None else _to_json(span))
+        try:  # strict=False: a raw newline inside a string is common and harmless
+            return json.loads(candidate if candidate is not None else _to_json(span), strict=False)
         except (json.JSONDecodeError, ValueError):
             continue
     return None

@@ -33,7 +33,9 @@ _EN_TERMS = [
     r"reference (?:answers?|solutions?|routes?|trajector(?:y|ies))",
     r"rubrics?", r"(?:evaluation|grading|scoring|judging) (?:criteria|criterion|rubrics?|guidelines?)",
     r"previous drafts?", r"earlier drafts?", r"original drafts?", r"first drafts?",
-    r"original (?:answer|response|reply|step)s?", r"previous (?:attempt|answer|response)s?",
+    # "previous answer/response" stays allowed: the agent may refer to its own earlier
+    # turn, which is in the context; an "attempt" or "original step" is not.
+    r"original (?:answer|response|reply|step)s?", r"previous attempts?",
     r"corrections?", r"hint(?:s|ed)?",
     r"gold(?:en)? (?:answers?|labels?|standard|solutions?|parameters?|references?|annotations?|trajector(?:y|ies)|outputs?)",
     r"ground[- ]truth", r"expected (?:answers?|outputs?|solutions?|final state)", r"answer key",
@@ -48,8 +50,9 @@ _EN = re.compile(r"(?<![A-Za-z0-9_])(?:" + "|".join(_EN_TERMS) + r")(?![A-Za-z0-
 # asks for: it also names what a device or page shows (手机提示无服务, 温馨提示, 提示音) — common
 # in telecom and customer service — so those compounds are allowed and bare 提示 ("根据提示")
 # is flagged. 纠正/更正 are flagged like English "correction": a corrected step that says it
-# corrects something refers to an error the context never showed.
-_ZH_TERMS = ["参考答案", "标准答案", "正确答案", "参考解答", "参考路线", "评分标准", "评分细则", "评判标准", "评估标准",
+# corrects something refers to an error the context never showed. 参考路线 is not listed:
+# "为您提供一条参考路线" (a suggested route) is ordinary Navigation wording.
+_ZH_TERMS = ["参考答案", "标准答案", "正确答案", "参考解答", "评分标准", "评分细则", "评判标准", "评估标准",
              "评价标准", "打分标准", "金标准", "真实标签", "期望答案", "预期答案", "期望输出", "预期输出", "原回答",
              "原始回答", "原答案", "原稿", "草稿", "上一版", "纠正", "更正", "提示", "验证器", "校验器", "奖励证据",
              "标注答案", "标注数据"]

@@ -18,6 +18,10 @@ REQ = {"is_valid": bool}
     '{"is_valid": False, "error_types": ["wrong_poi",],}',
     'Example: {"is_valid": true}. My answer: {"is_valid": false}',
     '{"verdict": {"isValid": false}}',
+    '{"is_valid"： false，"diagnosis"： "起点错了"，}',           # full-width punctuation
+    '{“is_valid”: false, “diagnosis”: “选错了地点”}',              # curly quotes
+    '{\n  "is_valid": false, // the origin is wrong\n  "diagnosis": "see http://x.y/z"\n}',
+    '{"is_valid": false, "diagnosis": "line one\nline two"}',  # raw newline inside a string
 ])
 def test_recovers_the_verdict(text):
     out = parse_json_verdict(text, REQ)

@@ -18,6 +18,8 @@ from envs.tool_calls import format_assistant_turn
     ("The rubric says the order matters.", "rubric"),
     ("Following the evaluation criteria, I will route via the museum.", "evaluation criteria"),
     ("Unlike my previous draft, this call uses the right origin.", "previous draft"),
+    ("On my previous attempt the origin was wrong.", "previous attempt"),
+    ("The original step picked the wrong park.", "original step"),
     ("Correction: the destination is the hotel.", "Correction"),
     ("Thanks for the hint, searching again.", "hint"),
     ("Hints: use the city name.", "Hints"),
@@ -42,6 +44,7 @@ def test_english_leaks_are_caught(text, word):
     "Your booking reference is ABC123.",                        # reference without answer
     "The expected arrival is 18:00.",                           # expected without answer/output
     "Shinto shrines and hinterland towns.",
+    "As in my previous response, the hotel is the last stop.",
 ])
 def test_ordinary_english_passes(text):
     assert forbidden_words(text, "en") == []
@@ -59,7 +62,8 @@ def test_chinese_leaks_are_caught(text, word):
 
 @pytest.mark.parametrize("text", [
     "如果手机提示无服务，请重启。", "温馨提示：景区周一闭馆。", "听到提示音后挂断。", "页面弹出提示框时点确定。",
-    "系统提示密码错误。", "我来查一下东涌广场的准确坐标。", "这几个地点的顺序可以调整。",
+    "系统提示密码错误。", "我来查一下东涌广场的准确坐标。", "这几个地点的顺序可以调整。", "为您提供一条参考路线。",
+    "地址已经确认正确。",
 ])
 def test_ordinary_chinese_passes(text):
     assert forbidden_words(text, "zh") == []
