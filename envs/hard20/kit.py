@@ -15,6 +15,7 @@ and an unsafe variant of them. ``structure`` is what every variant of a family s
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import random
 import re
@@ -100,7 +101,7 @@ class Spec:
         return {"family": self.family, "task_id": self.task_id, "today": self.today,
                 "checks": [{"check": c.desc, "weight": c.weight} for c in self.checks],
                 "rubric": [{"item": r.item, "weight": r.weight} for r in self.rubric],
-                "safety_rules": [g.desc for g in self.gates], "facts": self.facts}
+                "safety_rules": [g.desc for g in self.gates], "facts": copy.deepcopy(self.facts)}
 
 
 # ---- check and gate constructors ------------------------------------------------------------------
