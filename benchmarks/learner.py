@@ -66,7 +66,8 @@ def run_one(name: str, args) -> dict:
     learner.update(batch)  # warm-up: allocator, DeepSpeed buffers
     metrics = [learner.update(batch) for _ in range(args.steps)]
     seconds = sum(m["seconds"] for m in metrics) / len(metrics)
-    return {"config": name, "dtype": args.dtype, "threads": torch.get_num_threads(), "init_s": round(init_s, 1), "step_s": round(seconds, 2),
+    return {"config": name, "dtype": args.dtype, "threads": torch.get_num_threads(),
+            "grad_ckpt": args.gradient_checkpointing, "init_s": round(init_s, 1), "step_s": round(seconds, 2),
             "tokens_per_s": round(args.seqs * args.seq_len / seconds, 1),
             "loss_tokens_per_s": round(metrics[0]["num_tokens"] / seconds, 1),
             "micro_batches": metrics[0]["num_micro_batches"],
@@ -105,7 +106,7 @@ def main():
             raise SystemExit(f"learner config {name} failed")
         rows.append(json.loads(line[0][7:]))
         print(f"done {name}", file=sys.stderr, flush=True)
-    cols = ["config", "dtype", "threads", "init_s", "step_s", "tokens_per_s", "loss_tokens_per_s", "micro_batches",
+    cols = ["config", "dtype", "threads", "grad_ckpt", "init_s", "step_s", "tokens_per_s", "loss_tokens_per_s", "micro_batches",
             "peak_rss_gib", "model_states_gib"]
     print(" | ".join(f"{c:>17}" for c in cols))
     for r in rows:

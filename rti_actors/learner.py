@@ -224,11 +224,6 @@ class Learner:
 
     def _ds_config(self) -> dict:
         c = self.config
-        zero = {"stage": c["zero_stage"]}
-        if c["zero_stage"] == 3:
-            # Small models would otherwise keep many parameters persistent on every rank,
-            # which is fine; large ones need prefetching bounded so memory stays flat.
-            zero.update({"stage3_prefetch_bucket_size": 5e7, "stage3_param_persistence_threshold": 1e5})
         return {
             # Batch sizes are bookkeeping only: update() drives accumulation itself with
             # set_gradient_accumulation_boundary, so the micro-batch count may vary per call.
@@ -236,7 +231,7 @@ class Learner:
             "gradient_accumulation_steps": 1,
             "train_batch_size": self.world_size,
             "gradient_clipping": c["grad_clip"],
-            "zero_optimization": zero,
+            "zero_optimization": {"stage": c["zero_stage"]},
             "bf16": {"enabled": c["dtype"] == "bfloat16"},
             "zero_allow_untested_optimizer": True,
             "steps_per_print": 2**62,
