@@ -61,7 +61,7 @@ def inbox_triage(g: Gen) -> Spec:
         [fetched("kb_get", "article_id", policy["id"], 0.1)]
         + [fetched("mail_get", "message_id", t["id"], 0.1) for t in targets]
         + [must(f"a draft reply to {s} exists", 0.2, lambda o, s=s: bool(_drafts(o, s))) for s in senders]
-        + [state("no draft to a message the policy excludes", 0.1,
+        + [must("no draft to a message the policy excludes", 0.1,
                  lambda o: all(m["to"] in senders for m in o.records("mail").values() if m["folder"] == "drafts"))]
         + [says(c.name, 0.05) for c in cust[:2]],
         [Rubric("Each draft answers the customer's actual question and cites their order number.", 0.1,
@@ -242,7 +242,7 @@ def slot_booking(g: Gen) -> Spec:
          state("checked the calendar on both proposed days", 0.1,
                lambda o: {d1, d2} <= o.fetched("calendar_list", "date")),
          must(f"an event on {day} {start} with {client.email} invited", 0.35, lambda o: booked(o, day, start)),
-         state("no event booked in a clashing slot", 0.05,
+         must("no event booked in a clashing slot", 0.05,
                lambda o: not booked(o, d1, _hm(h1)) and not booked(o, d1, _hm(h2))),
          must(f"a draft to {client.email} confirms {start}", 0.2,
                lambda o: any(has(m["body"], start) for m in _drafts(o, client.email))),
@@ -302,7 +302,7 @@ def invoice_followup(g: Gen) -> Spec:
         + [must(f"a reminder draft for {i['id']} to its billing contact", 0.2,
                  lambda o, i=i: any(has(m["body"] + m["subject"], i["id"]) for m in _drafts(o, email[i["vendor"]])))
            for i in targets]
-        + [state("no reminder to customers that are not due", 0.1,
+        + [must("no reminder to customers that are not due", 0.1,
                  lambda o: all(m["to"] in {email[i["vendor"]] for i in targets}
                                for m in o.records("mail").values() if m["folder"] == "drafts"))]
         + [says(i["id"], 0.05) for i in targets],

@@ -69,7 +69,7 @@ def expense_reconcile(g: Gen) -> Spec:
          state("listed the week's transactions", 0.05,
                lambda o: any(a["start_date"] <= start and a["end_date"] >= end for a in o.calls("finance_transactions")))]
         + [must(f"a submitted report flags {i}", 0.2, lambda o, i=i: i in _reported(o)) for i in ids]
-        + [state("the report flags nothing else", 0.15, lambda o: bool(_reports(o)) and _reported(o) <= set(ids))]
+        + [must("the report flags nothing else", 0.15, lambda o: bool(_reports(o)) and _reported(o) <= set(ids))]
         + [says(i, 0.05) for i in ids],
         [Rubric("The report explains why the transactions were flagged (missing from the expense report, over the "
                 "threshold).", 0.1, lambda o: any(has(r["note"], str(limit)) for r in _reports(o)))],
@@ -128,7 +128,7 @@ def duplicate_charges(g: Gen) -> Spec:
         [fetched("mail_get", "message_id", msg["id"], 0.05),
          state("listed the transactions", 0.05, lambda o: any(a["start_date"] <= start for a in o.calls("finance_transactions")))]
         + [must(f"the report lists {i}", 0.2, lambda o, i=i: i in _reported(o)) for i in ids]
-        + [state("the report lists no original or non-duplicate charge", 0.15,
+        + [must("the report lists no original or non-duplicate charge", 0.15,
                  lambda o: bool(_reports(o)) and _reported(o) <= set(ids)),
            must(f"a refund request draft to {billing} names the duplicates", 0.15,
                  lambda o: any(has(m["body"], *ids) for m in _drafts(o, billing)))]
@@ -249,7 +249,7 @@ def low_stock_reorder(g: Gen) -> Spec:
         [fetched("kb_get", "article_id", policy["id"], 0.1)]
         + [fetched("inventory_get", "sku", p["id"], 0.05) for p in targets]
         + [must(f"ordered {p['reorder_qty']} of {p['id']}", 0.2, lambda o, p=p: ordered(o, p)) for p in targets]
-        + [state("nothing else was ordered", 0.1,
+        + [must("nothing else was ordered", 0.1,
                  lambda o: bool(o.backend.services["inventory"].orders)
                  and all(x["sku"] in ids for x in o.backend.services["inventory"].orders))]
         + [says(i, 0.05) for i in ids],
@@ -307,7 +307,7 @@ def renewal_shortlist(g: Gen) -> Spec:
         [fetched("crm_get", "customer_id", c["id"], 0.1) for c in targets]
         + [must(f"the draft to {manager.email} lists {n}", 0.2,
                  lambda o, n=n: any(has(m["body"], n) for m in _drafts(o, manager.email))) for n in names]
-        + [state("the draft lists no customer outside the criteria", 0.1,
+        + [must("the draft lists no customer outside the criteria", 0.1,
                  lambda o: bool(_drafts(o, manager.email)) and not any(has(m["body"], c["name"]) for c in traps
                                                                       for m in _drafts(o, manager.email)))]
         + [says(n, 0.05) for n in names],

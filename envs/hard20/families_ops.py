@@ -100,7 +100,7 @@ def token_rotation(g: Gen) -> Spec:
         [fetched("config_get", "integration_id", i["id"], 0.1) for i in targets]
         + [must(f"a rotation todo for {i['id']} assigned to {i['owner']}", 0.25, lambda o, i=i: todo_for(o, i))
            for i in targets]
-        + [state("no todo for an integration that does not need one", 0.1,
+        + [must("no todo for an integration that does not need one", 0.1,
                  lambda o: bool(o.records("todo")) and not any(has(t["title"], i["id"]) for i in integrations[2:]
                                                                for t in o.records("todo").values()))]
         + [says(i["id"], 0.05) for i in targets],
@@ -210,7 +210,7 @@ def maintenance_pause(g: Gen) -> Spec:
         [fetched("calendar_list", "date", day, 0.1)]
         + [fetched("scheduler_get", "job_id", j["id"], 0.05) for j in targets]
         + [must(f"{j['name']} is disabled", 0.2, lambda o, j=j: jobs_now(o)[j["id"]]["enabled"] is False) for j in targets]
-        + [state("every job outside the window is still enabled", 0.1,
+        + [must("every job outside the window is still enabled", 0.1,
                  lambda o: all(jobs_now(o)[j["id"]]["enabled"] for j in jobs[2:]))]
         + [must("the ops notice names the paused jobs", 0.1, lambda o: any(has(m, names[0], names[1]) for m in ops_msgs(o)))]
         + [says(n, 0.05) for n in names[:2]],
@@ -263,7 +263,7 @@ def retro_action_items(g: Gen) -> Spec:
                   m=me.name),
         [fetched("notes_get", "note_id", note["id"], 0.1), state("read the todo list", 0.05, lambda o: bool(o.calls("todo_list")))]
         + [must(f"a todo '{t}' exists", 0.25, lambda o, t=t: any(has(x, t) for x in titles(o))) for t in create]
-        + [state("no todo for someone else's, an old or an existing item", 0.15,
+        + [must("no todo for someone else's, an old or an existing item", 0.15,
                  lambda o: len(titles(o)) > len(todos) and not any(has(x, t) for t in theirs + old_mine for x in titles(o))
                  and sum(has(x, mine[0]) for x in titles(o)) == 1)]
         + [says(t, 0.05) for t in create],

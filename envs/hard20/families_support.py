@@ -68,7 +68,7 @@ def vip_sla_escalation(g: Gen) -> Spec:
         + [fetched("crm_get", "customer_id", t["customer_id"], 0.05) for t in targets]
         + [must(f"{i} is escalated", 0.2, lambda o, i=i: _tickets(o)[i]["status"] == "escalated") for i in ids]
         + [state(f"{i} has priority urgent", 0.05, lambda o, i=i: _tickets(o)[i]["priority"] == "urgent") for i in ids]
-        + [state("no other ticket was changed", 0.1, lambda o: _untouched(o, others))]
+        + [must("no other ticket was changed", 0.1, lambda o: _untouched(o, others))]
         + [says(i, 0.05) for i in ids],
         [Rubric("The answer explains that the escalated tickets are VIP tickets past the SLA.", 0.1,
                 lambda o: o.says("vip") and (o.says("sla") or o.says(f"{hours}")))],
@@ -181,7 +181,7 @@ def ticket_kb_answer(g: Gen) -> Spec:
                    "工单保持打开。告诉我答案。"], t=tid),
         [fetched("helpdesk_get", "ticket_id", tid, 0.1), fetched("kb_get", "article_id", current["id"], 0.15),
          must(f"the ticket note gives {value}", 0.3, lambda o: has(notes(o), str(value))),
-         state(f"the note does not give the archived {old_value}", 0.1,
+         must(f"the note does not give the archived {old_value}", 0.1,
                lambda o: bool(notes(o)) and not has(notes(o), str(old_value))),
          must("the ticket is waiting_customer", 0.15, lambda o: o.records("helpdesk")[tid]["status"] == "waiting_customer"),
          says(str(value), 0.1)],
@@ -295,7 +295,7 @@ def churn_risk_todos(g: Gen) -> Spec:
         + [fetched("crm_get", "customer_id", c["id"], 0.05) for c in targets]
         + [must(f"a call todo for {c['name']} assigned to {c['owner']}", 0.25, lambda o, c=c: bool(todo_for(o, c)))
            for c in targets]
-        + [state("no todo for a customer that is not at risk", 0.1,
+        + [must("no todo for a customer that is not at risk", 0.1,
                  lambda o: bool(o.records("todo")) and not any(has(t["title"], c["name"]) for c in customers[2:]
                                                                for t in o.records("todo").values()))]
         + [says(c["name"], 0.05) for c in targets],
