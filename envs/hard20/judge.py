@@ -86,7 +86,10 @@ class RubricJudge:
                                                   answer=outcome.answer or "(empty)", item=r.item))
                 source = "judge" if verdict is not None else "fallback (judge unreadable)"
             if verdict is None:
-                verdict = bool(r.fallback(outcome))
+                try:
+                    verdict = bool(r.fallback(outcome))
+                except Exception:  # see grading._safely: a fallback bug scores the item False
+                    verdict = False
             out.append({"item": r.item, "weight": r.weight, "passed": verdict, "source": source})
         return out
 
