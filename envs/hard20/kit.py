@@ -193,19 +193,14 @@ class Gen:
             out.append(f"{a} {self.rng.choice(COMPANY_B)}")
         return out
 
-    def money(self, low: float, high: float) -> float:
-        return round(self.rng.uniform(low, high), 2)
-
     def shuffled(self, items: list) -> list:
         items = list(items)
         self.rng.shuffle(items)
         return items
 
-    def phrase(self, options: list[str]) -> str:
-        """The held-out task uses the first wording; variants draw any (paraphrase)."""
-        return options[0] if self.variant == 0 else self.rng.choice(options)
-
     def request(self, en: list[str], zh: list[str], **slots) -> dict:
+        """The request in both languages. The held-out task uses the first wording;
+        variants draw one (paraphrase), the same index in both languages."""
         i = 0 if self.variant == 0 else self.rng.randrange(len(en))
         return {"en": en[i].format(**slots), "zh": zh[i % len(zh)].format(**slots)}
 
