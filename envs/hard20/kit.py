@@ -144,6 +144,10 @@ COMPANY_A = ["Acme", "Birch", "Cobalt", "Delta", "Ember", "Fjord", "Granite", "H
 COMPANY_B = ["Labs", "Foods", "Logistics", "Health", "Retail", "Energy", "Media", "Systems", "Works", "Capital"]
 
 
+_OPENERS = [("", ""), ("Quick one: ", "麻烦你一下："), ("When you get a chance: ", "有空的时候帮我处理一下："), ("Hi! ", "你好！")]
+_CLOSERS = [("", ""), (" Thanks!", "谢谢！"), (" Keep the summary short.", "总结简短一点就行。")]
+
+
 @dataclass(frozen=True)
 class Person:
     name: str
@@ -199,10 +203,15 @@ class Gen:
         return items
 
     def request(self, en: list[str], zh: list[str], **slots) -> dict:
-        """The request in both languages. The held-out task uses the first wording;
-        variants draw one (paraphrase), the same index in both languages."""
-        i = 0 if self.variant == 0 else self.rng.randrange(len(en))
-        return {"en": en[i].format(**slots), "zh": zh[i % len(zh)].format(**slots)}
+        """The request in both languages. The held-out task uses the first wording as it
+        is; a variant draws a wording (the same in both languages) and a framing (an
+        opener and a closer that change nothing in the task), so paraphrases multiply."""
+        if self.variant == 0:
+            return {"en": en[0].format(**slots), "zh": zh[0].format(**slots)}
+        i = self.rng.randrange(len(en))
+        o, c = self.rng.randrange(len(_OPENERS)), self.rng.randrange(len(_CLOSERS))
+        return {lang: _OPENERS[o][k] + text[i].format(**slots) + _CLOSERS[c][k]
+                for k, (lang, text) in enumerate((("en", en), ("zh", zh)))}
 
     @staticmethod
     def agree(derived, intended, what: str) -> None:
