@@ -29,6 +29,11 @@ completion weight, rubric items the remaining 10-20 %. With ``judge="none"`` eac
 item is scored by its deterministic fallback (a keyword or state test written with the
 item), and ``info["judge"]`` says "none (deterministic rubric fallback)"; with a judge, an
 unreadable or failed verdict also falls back, item by item. Verdicts are cached by prompt.
+A failed essential check (a required state change missing, or a trap fallen for) caps
+completion at 0.5, so such a run fails however much else it did.
+
+``audit_log()`` returns every call (with the arguments, success or error, injected faults
+and refused calls included) and every state change of the episode, on the fixed clock.
 
 Restoring a mid-episode state (for RTI): the env is a pure function of (config, task id,
 assistant turns), faults included, so ``restore(task_id, actions)`` replays the turns.

@@ -11,7 +11,8 @@ so. A judge that raises or answers something unreadable is not trusted on that i
 either: the fallback decides it and the breakdown counts it in ``judge_fallbacks``, so a
 weak judge (e.g. a 135M policy) can only cost the rubric share of completion.
 
-Verdicts are cached by the exact prompt (task, item, answer and actions), so the G
+The prompt shows the English request whatever the episode's language (the rubric items
+are English too), so one verdict serves both. Verdicts are cached by the exact prompt (task, item, answer and actions), so the G
 identical trajectories a group often contains cost one judge call.
 """
 
