@@ -4,8 +4,13 @@ The first DeepSpeed initialise on a machine JIT-builds a comm op (~1 min, cached
 .cache/torch_extensions); after that each learner starts in a few seconds.
 """
 
+import json
 import os
 import random
+import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -225,3 +230,45 @@ def test_batch_without_loss_tokens_takes_no_step(tiny_model_path):
     m = learner.update([sample])
     assert m["skipped"] and m["step"] == learner.step == 1 and m["num_tokens"] == 0
     assert all(torch.equal(before[k], v) for k, v in learner.get_weights().items())
+
+
+RANK_WORKER = """
+import json, sys, torch
+from rti_actors.learner import Learner
+model, config, shard, out = sys.argv[1], json.loads(sys.argv[2]), json.loads(open(sys.argv[3]).read()), sys.argv[4]
+learner = Learner(model, config)
+metrics = learner.update(shard)
+torch.save({"metrics": metrics, "weights": learner.get_weights()}, out)
+"""
+
+
+def test_two_ranks_on_shards_equal_one_rank_on_the_batch(tiny_model_path, tmp_path):
+    # Uneven shards: rank 0 needs several micro-batches, rank 1 one, so rank 1 must run
+    # zero-loss passes to keep ZeRO's collectives in step, and both must normalise by the
+    # global token count.
+    batch = make_batch(seed=8, n=4)
+    config = {"lr": LR, "zero_stage": 2, "micro_batch_tokens": 40}
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for rank, shard in enumerate([batch[:3], batch[3:]]):
+        (tmp_path / f"shard{rank}.json").write_text(json.dumps(shard))
+        cfg = {**config, "rank": rank, "world_size": 2, "master_port": port}
+        procs.append(subprocess.Popen(
+            [sys.executable, "-c", RANK_WORKER, tiny_model_path, json.dumps(cfg), str(tmp_path / f"shard{rank}.json"),
+             str(tmp_path / f"rank{rank}.pt")], cwd=Path(__file__).resolve().parents[2],
+            env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    for p in procs:
+        out, _ = p.communicate(timeout=300)
+        assert p.returncode == 0, out[-3000:]
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2)]
+    assert ranks[0]["metrics"]["num_micro_batches"] > ranks[1]["metrics"]["num_micro_batches"] == 1
+
+    single = Learner(tiny_model_path, config)
+    m = single.update(batch)
+    for r in ranks:
+        assert r["metrics"]["loss"] == pytest.approx(m["loss"], rel=1e-5)
+        assert r["metrics"]["grad_norm"] == pytest.approx(m["grad_norm"], rel=1e-4)
+        assert r["metrics"]["num_tokens"] == m["num_tokens"] and r["metrics"]["num_samples"] == 4
+        assert_weights_close(r["weights"], single.get_weights(), atol=LR * 1e-2)
