@@ -25,6 +25,7 @@ from collections import Counter
 import numpy as np
 import ray
 
+from envs.tool_calls import parse_tool_calls
 from rti_actors.env_runner import request_seed
 from rti_actors.groups import assemble
 from rti_actors.gate import passes_gate, perplexity, token_weights
@@ -62,6 +63,7 @@ class Intervention:
         self.sampling = sampling
         self.seed = seed
         self._rr = 0
+        self.v2_reasons: Counter = Counter()
 
     def _role(self):
         self._rr += 1
@@ -164,12 +166,17 @@ class Intervention:
         v2 = 0
         for cd in cands:
             t = cd["traj"]
-            is_final = cd["step"] == t["num_turns"] - 1 and not t["truncated"]
+            last_step = cd["step"] == t["num_turns"] - 1 and t["terminated"]
             history = self._history(cd)
             for a in cd["attempts"]:
+                # a text-only rewrite of the turn that ended the episode is a final answer:
+                # nothing runs after it, so every fact in it must already be grounded
+                is_final = last_step and not parse_tool_calls(a["text"])["tool_calls"]
                 a["v2_problems"] = check_corrected_step(a["text"], tool_schemas=t["tools"], history_messages=history,
                                                         is_final=is_final, language=language_of(t["messages"]))
                 v2 += not a["v2_problems"]
+                for problem in a["v2_problems"][:1]:  # why attempts fail, for the metrics
+                    self.v2_reasons[problem.split(":")[0][:60]] += 1
             cd["attempts"] = [a for a in cd["attempts"] if not a["v2_problems"]]
         c["verifier_v2_pass"] = v2
         cands = [cd for cd in cands if cd["attempts"]]
@@ -297,5 +304,6 @@ class Intervention:
         m["rti/mean_abs_log_rho"] = float(np.mean([w["mean_abs_log_rho"] for w in ws])) if ws else float("nan")
         m["rti/weight_clip_frac"] = float(np.mean([w["clip_frac"] for w in ws])) if ws else float("nan")
         m["rti/extra_gen_tokens"] = int(sum(t["gen_tokens"] for t in rescued))
-        self.all_ppls = []
+        m["rti/v2_reject_reasons"] = dict(self.v2_reasons)
+        self.all_ppls, self.v2_reasons = [], Counter()
         return m

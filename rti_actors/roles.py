@@ -116,9 +116,9 @@ class RoleActor:
 
     # ---- generation through the provider -----------------------------------------------------
     def _prompt_ids(self, text: str) -> list[int]:
-        ids = self.tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=True,
-                                                 add_generation_prompt=True)
-        ids = list(ids["input_ids"] if isinstance(ids, dict) else ids)
+        prompt = self.tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                                    add_generation_prompt=True)
+        ids = self.tokenizer.encode(prompt, add_special_tokens=False)
         budget = self.max_model_len - self.max_role_tokens - 1
         return ids if len(ids) <= budget else ids[:8] + ids[-(budget - 8):]  # keep the head marker, cut the middle
 

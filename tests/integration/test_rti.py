@@ -1,0 +1,104 @@
+"""RTI end to end: a real Ray cluster, the tiny model, a real engine and DeepSpeed learner."""
+
+import math
+
+import pytest
+import ray
+
+from rti_actors import RTIConfig
+from rti_actors.groups import group_by_task
+from tests.integration import learnable_env  # noqa: F401  (registers FirstLetter-v0)
+
+pytestmark = pytest.mark.integration
+
+NAV = {"max_turns": 3, "max_tool_output_chars": 600}
+
+
+def _nav_config(model, tmp_path, name, **interventions):
+    return (RTIConfig()
+            .environment("Navigation-v0", env_config=NAV)
+            .policy(model=model, engine="hf", max_new_tokens=16, max_model_len=4096)
+            .env_runners(num_env_runners=2, num_envs_per_env_runner=2)
+            .training(algorithm="rti", group_size=2, tasks_per_iteration=2, lr=1e-4)
+            .interventions(**{"roles": "rules", "verifier_llm": False, "ppl_threshold": math.inf, **interventions})
+            .reporting(run_dir=str(tmp_path), run_name=name, tensorboard=False, plot=False))
+
+
+def _sample_groups(algo):
+    specs = [{"task_id": tid, "sample_index": j, "seed": 0, "round": 0, "split": "train"}
+             for tid in algo.train_ids[:2] for j in range(2)]
+    return group_by_task(algo._sample(specs, algo._sampling()))
+
+
+def test_rules_intervention_is_accepted_continued_and_trained(ray_cluster, tiny_model_path, tmp_path):
+    algo = _nav_config(tiny_model_path, tmp_path, "rules").build()
+    try:
+        groups = _sample_groups(algo)
+        assert all(max(t["reward"] for t in g) == 0 for g in groups)  # a random model fails everything
+        for g in groups:
+            for t in g:
+                assert set(t["token_weight"]) == {1.0}  # on-policy trajectories: weights exactly 1
+        new_groups, m = algo._intervene(groups)
+        assert m["rti/provider"] == "rules" and m["rti/triggered_groups"] == 2
+        assert m["rti/accepted"] >= 1 and m["rti/continued"] >= 1
+        rescued = [t for g in new_groups for t in g if t.get("intervened")]
+        assert len(rescued) == m["rti/continued"]
+        for t in rescued:
+            a, b = t["corrected_span"]
+            w = t["token_weight"]
+            assert all(x == 1.0 for x in w[:a] + w[b:])        # 1 everywhere else ...
+            assert any(x != 1.0 for x in w[a:b])                 # ... and reweighted on the fix
+            assert all(0.8 - 1e-9 <= x <= 1.2 + 1e-9 for x in w[a:b])
+            assert set(t["loss_mask"][a:b]) == {1}
+            assert t["ids"][b - 1] == algo.intervention.renderer.eos_id
+            assert t["reward"] in (0.0, 1.0)                     # scored by the same reward
+            assert t["sample_index"] >= 2 and "source_index" in t
+        assert sum(len(g) for g in new_groups) == 4 + len(rescued)  # append mode
+        # and the learner trains on the rescued trajectories with the rest of the group
+        result = algo.train()
+        assert result["learner"]["num_samples"] == 4 + result["rti/continued"]
+        assert result["pre_intervention_pass_at_G"] == 0.0
+    finally:
+        algo.stop()
+
+
+def test_delta_zero_accepts_nothing_and_equals_grpo(ray_cluster, tiny_model_path, tmp_path):
+    rti = _nav_config(tiny_model_path, tmp_path, "delta0", ppl_threshold=0.0).build()
+    try:
+        r = rti.train()
+    finally:
+        rti.stop()
+    grpo = _nav_config(tiny_model_path, tmp_path, "grpo").training(algorithm="grpo").build()
+    try:
+        g = grpo.train()
+    finally:
+        grpo.stop()
+    assert r["rti/gate_pass"] == 0 and r["rti/accepted"] == 0 and r["rti/gate_scored"] >= 1
+    assert r["reward_mean"] == g["reward_mean"] and r["num_episodes"] == g["num_episodes"]
+    assert r["learner"]["loss"] == pytest.approx(g["learner"]["loss"], abs=1e-7)
+    assert r["learner"]["grad_norm"] == pytest.approx(g["learner"]["grad_norm"], rel=1e-5)
+
+
+def test_leakage_canary_never_reaches_a_sample_or_prompt(ray_cluster, tiny_model_path, tmp_path):
+    canary = "CANARY-7f3a9c"
+    algo = (RTIConfig().environment("FirstLetter-v0", env_config={"target": "\u2603", "canary": canary})
+            .policy(model=tiny_model_path, engine="hf", max_new_tokens=8, max_model_len=1024)
+            .env_runners(num_env_runners=1, num_envs_per_env_runner=4)
+            .training(algorithm="rti", group_size=4, tasks_per_iteration=2)
+            .interventions(roles="self", ppl_threshold=math.inf, verifier=False, max_role_tokens=32)
+            .reporting(run_dir=str(tmp_path), run_name="canary", tensorboard=False, plot=False).build())
+    tok = algo.intervention.renderer.tokenizer
+    try:
+        for it in range(2):
+            groups = _sample_groups(algo)
+            assert canary in repr(ray.get(algo.runners[0].reward_evidence.remote(groups[0][0]["task_id"], "train")))
+            new_groups, m = algo._intervene(groups)
+            assert m["rti/triggered_groups"] == len(groups)
+            for t in (t for g in new_groups for t in g):
+                assert canary not in tok.decode(t["ids"])
+            algo.train()
+        evals = algo._sample([{"task_id": "test-0", "sample_index": 0, "seed": 0, "round": "e", "split": "test"}],
+                             algo._sampling())
+        assert canary not in tok.decode(evals[0]["ids"])
+    finally:
+        algo.stop()
