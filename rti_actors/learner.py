@@ -203,13 +203,14 @@ class Learner:
 
     def _init_distributed(self, cuda: bool) -> None:
         c = self.config
-        if self.world_size > 1 and c["master_port"] is None and "MASTER_PORT" not in os.environ:
-            raise ValueError("world_size > 1 needs the same master_addr/master_port on every rank")
-        os.environ.setdefault("RANK", str(self.rank))
-        os.environ.setdefault("WORLD_SIZE", str(self.world_size))
-        os.environ.setdefault("LOCAL_RANK", str(self.rank % max(torch.cuda.device_count(), 1) if cuda else 0))
-        os.environ.setdefault("MASTER_ADDR", c["master_addr"])
-        os.environ.setdefault("MASTER_PORT", str(c["master_port"] or _free_port()))
+        if self.world_size > 1 and not c["master_port"]:
+            raise ValueError("world_size > 1 needs the same master_addr and master_port in every rank's config")
+        port = c["master_port"] or _free_port()
+        # The config wins over inherited variables: a Ray worker or a subprocess may carry
+        # another process group's port and rank.
+        os.environ.update({"RANK": str(self.rank), "WORLD_SIZE": str(self.world_size),
+                           "LOCAL_RANK": str(self.rank % max(torch.cuda.device_count(), 1) if cuda else 0),
+                           "MASTER_ADDR": c["master_addr"], "MASTER_PORT": str(port)})
         # DeepSpeed JIT-compiles a shared-memory comm op on its first initialise (~30 s):
         # keep the build in the project cache so later processes just load it.
         if "TORCH_EXTENSIONS_DIR" not in os.environ:
