@@ -402,6 +402,12 @@ class Learner:
             raise ValueError(f"checkpoint {path} was saved by the {meta['backend']!r} backend; "
                              f"load it with learner backend={meta['backend']!r}")
         if self.engine is not None:
+            here = {"zero_stage": self.config["zero_stage"], "world_size": self.world_size}
+            there = {k: meta[k] for k in here}
+            if here != there:
+                # DeepSpeed's optimiser shards are laid out per stage and rank count.
+                raise ValueError(f"checkpoint {path} was saved with {there}; this learner has {here}. "
+                                 "Restore with the same zero_stage and world_size (or use export_hf for weights only)")
             loaded, state = self.engine.load_checkpoint(str(path), tag=_CHECKPOINT_TAG, load_optimizer_states=True,
                                                         load_lr_scheduler_states=False)
             if loaded is None:

@@ -162,6 +162,9 @@ def test_save_load_update_equals_uninterrupted(tiny_model_path, tmp_path, backen
     assert mb["loss"] == ma["loss"] and mb["grad_norm"] == ma["grad_norm"]
     wa, wb = a.get_weights(), b.get_weights()
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    if backend == "deepspeed":
+        with pytest.raises(ValueError, match="zero_stage"):
+            Learner(tiny_model_path, {**config, "zero_stage": 0}).load(tmp_path / "ckpt")
     # and the optimiser state was restored: a fresh learner on the same second batch differs
     c = Learner(tiny_model_path, config)
     c.update(make_batch(seed=5))
