@@ -23,6 +23,7 @@ from envs.registry import get_creator
 from policies.models import load_model
 from rti_actors.config import ConfigError, RTIConfig
 from rti_actors.engine_actor import EngineActor, EnginePool
+from rti_actors.engine_chat import resolve_env_config
 from rti_actors.env_runner import EnvRunner
 from rti_actors.groups import assign_advantages, group_by_task, is_learnable
 from rti_actors.metrics import format_table, summarize
@@ -73,7 +74,13 @@ class Algorithm:
         creator = get_creator(env) if isinstance(env, str) else env
         runner_cls = ray.remote(EnvRunner).options(num_cpus=r["num_cpus_per_env_runner"], max_restarts=ft["max_restarts"],
                                                    max_task_retries=0)
-        self.runners = [runner_cls.remote(creator, c["environment"]["env_config"], r["num_envs_per_env_runner"],
+        # env_config may name a model for τ²'s LLM user or Hard20's judge ("policy" or a model
+        # folder): the runners get EngineChat callables over engine actors in its place, while
+        # self.config keeps the strings so checkpoints stay plain JSON (see engine_chat.py).
+        env_config, self.engines_extra = resolve_env_config(
+            c["environment"]["env_config"], self.engines, self.model_path, p["engine"],
+            {"dtype": dtype, "max_model_len": p["max_model_len"]}, r["num_gpus_per_engine"])
+        self.runners = [runner_cls.remote(creator, env_config, r["num_envs_per_env_runner"],
                                           self.model_path, p, self.pool, i, c["debugging"]["check_drift"])
                         for i in range(r["num_env_runners"])]
 
