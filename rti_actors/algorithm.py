@@ -92,7 +92,7 @@ class Algorithm:
                        "clip_eps": t["clip"], "gspo_clip_eps": t["gspo_clip"], "temperature": p["temperature"],
                        "zero_stage": lc["zero_stage"], "micro_batch_tokens": t["micro_batch_tokens"],
                        "grad_clip": t["grad_clip"], "seed": c["debugging"]["seed"], "backend": lc["backend"],
-                       "dtype": lc["dtype"] or "float32"}
+                       "dtype": lc["dtype"]}  # None: bf16 on GPU, fp32 on CPU
         self.learner = ray.remote(QueueLearner).options(
             num_cpus=lc["num_cpus_per_learner"], num_gpus=lc["num_gpus_per_learner"]).remote(self.model_path, learner_cfg)
         self.intervention = self._build_intervention() if t["algorithm"] == "rti" else None
@@ -128,7 +128,8 @@ class Algorithm:
             assign_advantages(g)
         with _timed(times, "learn"):
             ray.get(self.queue.put.remote(groups, self.version))
-            learn = ray.get(self.learner.pull_and_update.remote(self.queue, len(groups), self.version))
+            learn = ray.get(self.learner.pull_and_update.remote(self.queue, len(groups), self.version,
+                                                                t["skip_zero_variance_groups"]))
         with _timed(times, "publish"):
             if not learn.get("skipped"):
                 self._publish()

@@ -23,7 +23,7 @@ DEFAULTS: dict[str, dict] = {
                     "num_engines": 1, "num_cpus_per_engine": 0.5, "num_gpus_per_engine": 0},
     "training": {"algorithm": "grpo", "group_size": 8, "tasks_per_iteration": 4, "lr": 1e-6, "weight_decay": 0.1,
                  "clip": 0.2, "gspo_clip": 4e-4, "micro_batch_tokens": 4096, "grad_clip": 1.0,
-                 "max_policy_lag": 0},
+                 "max_policy_lag": 0, "skip_zero_variance_groups": True},
     "learners": {"backend": "deepspeed", "zero_stage": 0, "num_cpus_per_learner": 0.5, "num_gpus_per_learner": 0,
                  "dtype": None},
     # RTI (used when training(algorithm="rti")); RTI_SPEC.md gives the sources of the defaults

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rti_actors.losses import GSPO_CLIP_EPS, add_stats, finish_stats, grpo_loss, gspo_loss, token_logprobs
+from rti_actors.losses import GSPO_CLIP_EPS, add_stats, finish_stats, grpo_loss, gspo_loss, masked_token_logprobs
 
 DEFAULTS = {
     "algorithm": "grpo",            # "grpo" | "gspo" | "rti" (rti trains with the grpo loss)
@@ -266,17 +266,18 @@ class Learner:
         return {k: v.to(self.device) for k, v in
                 {"ids": ids, "mask": mask, "blp": blp, "tw": tw, "adv": adv}.items()}
 
-    def _forward_logprobs(self, ids: torch.Tensor) -> torch.Tensor:
+    def _forward_logprobs(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         # Right padding with a causal mask: real tokens never attend to the pads after them,
-        # so no attention mask is needed (and SDPA keeps its fast causal path).
-        model = self.engine if self.engine is not None else self.module
+        # so no attention mask is needed (and SDPA keeps its fast causal path). The decoder
+        # runs on every token; the vocabulary projection only where there is a loss.
         autocast = self.engine is None and self.config["dtype"] != "float32"
         with torch.autocast(self.device.type, dtype=_DTYPES[self.config["dtype"]], enabled=autocast):
-            logits = model(input_ids=ids, use_cache=False).logits
-        return token_logprobs(logits, ids, self.config["temperature"])
+            hidden = self.module.get_decoder()(input_ids=ids, use_cache=False).last_hidden_state
+            return masked_token_logprobs(hidden, self.module.get_output_embeddings(), ids, mask,
+                                         self.config["temperature"])
 
     def _loss(self, batch: dict, normaliser: float):
-        logp = self._forward_logprobs(batch["ids"])
+        logp = self._forward_logprobs(batch["ids"], batch["mask"])
         if self.config["algorithm"] == "gspo":
             return gspo_loss(logp, batch["blp"], batch["adv"], batch["tw"], batch["mask"],
                              clip_eps=self.config["gspo_clip_eps"], num_sequences=normaliser)

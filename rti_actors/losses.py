@@ -35,6 +35,22 @@ def token_logprobs(logits: torch.Tensor, ids: torch.Tensor, temperature: float =
     return torch.cat([torch.zeros_like(picked[:, :1]), picked], dim=1)
 
 
+def masked_token_logprobs(hidden: torch.Tensor, head: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor,
+                          temperature: float = 1.0) -> torch.Tensor:
+    """``token_logprobs`` computed only where ``mask`` is set (0 elsewhere), from the
+    decoder's hidden states. Projecting to the vocabulary only at loss positions skips most
+    of the lm_head work and the [tokens x vocab] logits that dominate learner memory: in an
+    agent trajectory most tokens are prompt, tool output or template glue."""
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0 to score tokens, got {temperature}")
+    rows, cols = mask[:, 1:].nonzero(as_tuple=True)  # token t is predicted at position t - 1
+    logits = head(hidden[rows, cols]).float() / temperature
+    target = ids[rows, cols + 1]
+    picked = logits.gather(-1, target[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    out = torch.zeros(ids.shape, dtype=picked.dtype, device=ids.device)
+    return out.index_put((rows, cols + 1), picked)
+
+
 def _masked_log_ratio(logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     # Off-mask positions get log-ratio 0 (ratio 1), so nothing there can overflow, and the
     # final torch.where gives them zero gradient.

@@ -16,7 +16,8 @@ def _config(model, tmp_path, algorithm="grpo", engine="hf", **training):
             .environment("FirstLetter-v0")
             .policy(model=model, engine=engine, max_new_tokens=4, max_model_len=512, temperature=1.0)
             .env_runners(num_env_runners=2, num_envs_per_env_runner=4, num_cpus_per_env_runner=0.25)
-            .training(algorithm=algorithm, group_size=4, tasks_per_iteration=2, **training)
+            .training(algorithm=algorithm, group_size=4, tasks_per_iteration=2,
+                      **{"skip_zero_variance_groups": False, **training})
             .learners(backend="deepspeed", zero_stage=0)
             .evaluation(num_samples=2)
             .reporting(run_dir=str(tmp_path / "runs"), run_name=algorithm, tensorboard=True))
@@ -47,6 +48,19 @@ def test_one_iteration_end_to_end(ray_cluster, flat_model, tmp_path, algorithm):
     assert [json.loads(l)["kind"] for l in lines] == ["train", "eval"]
     assert (tmp_path / "runs" / algorithm / "learning_curves.png").exists()
     assert list((tmp_path / "runs" / algorithm / "tensorboard").iterdir())
+
+
+def test_zero_variance_groups_are_not_trained(ray_cluster, flat_model, tmp_path):
+    # an unreachable target: every reward is 0, so no group can teach anything
+    algo = (_config(flat_model, tmp_path, skip_zero_variance_groups=True)
+            .environment(env_config={"target": "\u2603"}).build())
+    try:
+        m = algo.train()
+    finally:
+        algo.stop()
+    assert m["frac_zero_variance_groups"] == 1.0
+    assert m["learner"]["skipped"] and m["learner"]["num_groups_trained"] == 0
+    assert m["policy_version"] == 0  # nothing learned, nothing published
 
 
 def _rare_first_char(model_path) -> str:

@@ -19,7 +19,7 @@ def _nav_config(model, tmp_path, name, **interventions):
             .environment("Navigation-v0", env_config=NAV)
             .policy(model=model, engine="hf", max_new_tokens=16, max_model_len=4096)
             .env_runners(num_env_runners=2, num_envs_per_env_runner=2)
-            .training(algorithm="rti", group_size=2, tasks_per_iteration=2, lr=1e-4)
+            .training(algorithm="rti", group_size=2, tasks_per_iteration=2, lr=1e-4, skip_zero_variance_groups=False)
             .interventions(**{"roles": "rules", "verifier_llm": False, "ppl_threshold": math.inf, **interventions})
             .reporting(run_dir=str(tmp_path), run_name=name, tensorboard=False, plot=False))
 

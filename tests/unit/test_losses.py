@@ -204,3 +204,22 @@ def test_masked_positions_ignore_behaviour_garbage():
     a, _ = grpo_loss(logp, blp, torch.tensor([1.0]), torch.ones_like(blp), mask)
     b, _ = grpo_loss(logp, weird, torch.tensor([1.0]), torch.ones_like(blp), mask)
     assert torch.isfinite(b) and a.item() == b.item()
+
+
+def test_masked_token_logprobs_equal_full_logprobs_on_the_mask():
+    from rti_actors.losses import masked_token_logprobs
+
+    torch.manual_seed(0)
+    head = torch.nn.Linear(8, 11, bias=False)
+    hidden = torch.randn(2, 6, 8, requires_grad=True)
+    ids = torch.randint(0, 11, (2, 6))
+    mask = torch.tensor([[0, 0, 1, 1, 0, 1], [0, 1, 1, 0, 0, 0]], dtype=torch.bool)
+    full = token_logprobs(head(hidden), ids, temperature=0.8)
+    part = masked_token_logprobs(hidden, head, ids, mask, temperature=0.8)
+    assert torch.allclose(part[mask], full[mask], atol=1e-6)
+    assert (part[~mask] == 0).all()
+    part[mask].sum().backward()
+    g1 = hidden.grad.clone()
+    hidden.grad = None
+    full[mask].sum().backward()
+    assert torch.allclose(g1, hidden.grad, atol=1e-6)

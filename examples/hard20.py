@@ -1,0 +1,113 @@
+"""Train an office/ops agent with Rollout-Time Intervention on Claw-Eval-style Hard20.
+
+Hard20: 20 hard multi-service task families (mail, calendar, CRM, finance, helpdesk,
+inventory, knowledge base, notes, scheduler, todo, config); 160 training variants and the
+20 held-out originals, graded as Claw-Eval grades: score = safety x (0.8 x completion +
+0.2 x robustness), pass iff score >= 0.75.
+
+    # the README's main job: a local Ray head, this script via `ray job submit`, CPU quick run
+    bash scripts/main_job.sh
+    # by hand, on a running cluster:
+    ray job submit --working-dir . -- python examples/hard20.py --quick
+
+    # paper-scale settings on a GPU cluster (G = 8, temperature 0.8, lr 1e-6, the 160
+    # training variants, 4 evaluation rollouts of the 20 held-out tasks):
+    ray job submit --working-dir . -- python examples/hard20.py --model /models/Qwen3-8B --gpu \
+        --num-engines 4 --num-env-runners 16 --tasks-per-iteration 32 --iterations 100 \
+        --max-turns 30 --max-new-tokens 1024 --max-model-len 32768 --eval-samples 4
+
+What it prints: one metrics line per iteration (reward, success, the share of all-fail
+groups, how many RTI interventions were accepted and rescued a group), then a table in
+the paper's layout — p@1, avg p@k, avg p^k on the held-out tasks — for the base policy and
+after training, and the run directory (metrics.jsonl, TensorBoard events, a PNG of the
+curves, the config). The paper's Qwen3-8B numbers (p@1): base 18.75, GRPO 22.50, RTI 50.00.
+With SmolLM2-135M on a CPU both rows are near 0: the model rarely completes a multi-step
+office task; the quick run shows the machinery working, not the paper's gains.
+"""
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from rti_actors import RTIConfig  # noqa: E402
+
+
+def build_config(a) -> RTIConfig:
+    return (RTIConfig()
+            .environment("Hard20-v0", env_config={"language": a.language, "max_turns": a.max_turns,
+                                                  "max_tool_output_chars": a.max_tool_output_chars})
+            .policy(model=a.model, engine=a.engine, max_new_tokens=a.max_new_tokens, max_model_len=a.max_model_len,
+                    temperature=0.8)
+            .env_runners(num_env_runners=a.num_env_runners, num_envs_per_env_runner=a.num_envs_per_env_runner,
+                         num_engines=a.num_engines, num_gpus_per_engine=1 if a.gpu else 0)
+            .training(algorithm=a.algorithm, group_size=a.group_size, tasks_per_iteration=a.tasks_per_iteration,
+                      lr=a.lr)
+            .interventions(roles=a.roles, ppl_threshold=a.ppl_threshold, eps_cal=a.eps_cal)
+            .learners(backend="deepspeed", zero_stage=a.zero_stage, num_gpus_per_learner=1 if a.gpu else 0,
+                      dtype="bfloat16" if a.gpu else None)
+            .evaluation(num_samples=a.eval_samples, num_tasks=a.eval_tasks)
+            .reporting(run_name=a.run_name, run_dir=a.run_dir))
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--algorithm", default="rti", choices=["rti", "grpo", "gspo"])
+    ap.add_argument("--model", default="smollm2-135m-instruct", help="a built-in name or a local HF model folder")
+    ap.add_argument("--engine", default="vllm", choices=["vllm", "hf"])
+    ap.add_argument("--roles", default="self", help="RTI roles: self | a local model folder | an http(s) endpoint")
+    ap.add_argument("--ppl-threshold", type=float, default=5.0)
+    ap.add_argument("--eps-cal", type=float, default=0.2)
+    ap.add_argument("--language", default="en", choices=["en", "zh"])
+    ap.add_argument("--iterations", type=int, default=50)
+    ap.add_argument("--group-size", type=int, default=8)
+    ap.add_argument("--tasks-per-iteration", type=int, default=8)
+    ap.add_argument("--lr", type=float, default=1e-6)
+    ap.add_argument("--num-env-runners", type=int, default=2)
+    ap.add_argument("--num-envs-per-env-runner", type=int, default=8)
+    ap.add_argument("--num-engines", type=int, default=1)
+    ap.add_argument("--zero-stage", type=int, default=0)
+    ap.add_argument("--max-turns", type=int, default=12)
+    ap.add_argument("--max-new-tokens", type=int, default=256)
+    ap.add_argument("--max-model-len", type=int, default=4096)
+    ap.add_argument("--max-tool-output-chars", type=int, default=2000)
+    ap.add_argument("--eval-samples", type=int, default=4)
+    ap.add_argument("--eval-tasks", type=int, default=None, help="held-out tasks to evaluate (default: all 20)")
+    ap.add_argument("--run-name", default=None)
+    ap.add_argument("--run-dir", default="runs")
+    ap.add_argument("--gpu", action="store_true")
+    ap.add_argument("--quick", action="store_true",
+                    help="CPU quick run: 2 iterations of 2 tasks x G=4, short turns, 2 eval rollouts of each held-out task")
+    a = ap.parse_args(argv)
+    if a.quick:
+        a.iterations, a.tasks_per_iteration, a.group_size = 2, 2, 4
+        a.max_turns, a.max_new_tokens, a.eval_samples = 3, 96, 2
+        a.num_envs_per_env_runner = 4
+    return a
+
+
+def main(argv=None):
+    a = parse_args(argv)
+    t0 = time.time()
+    algo = build_config(a).build()
+    base = algo.evaluate(method="base")
+    for _ in range(a.iterations):
+        m = algo.train()
+        rti = (f"  rti: triggered {m['rti/triggered_groups']}/{m['num_groups']} accepted {m['rti/accepted']} "
+               f"rescued {m['rti/continuation_success']}" if "rti/accepted" in m else "")
+        print(f"iter {m['iteration']:3d}  reward {m['reward_mean']:.3f}  success {m['success_rate']:.3f}  "
+              f"all-fail groups {m['frac_all_fail_groups']:.2f}  loss {m['learner'].get('loss', float('nan')):+.4f}  "
+              f"{sum(m['seconds'].values()):.0f}s{rti}", flush=True)
+    final = algo.evaluate(method=a.algorithm.upper())
+    algo.stop()
+    print()
+    print(base["table"])
+    print(final["table"].split("\n", 3)[-1])
+    print(f"\n({final['num_tasks']} held-out tasks x {final['n']} rollouts; total {time.time() - t0:.0f} s)")
+    print(f"run directory: {algo.run_dir}")
+
+
+if __name__ == "__main__":
+    main()
