@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The main job: install everything, start a local Ray head, submit the example with
 # `ray job submit`, stop Ray. Extra arguments go to the example script.
-#   bash scripts/main_job.sh                 # CPU quick run of examples/navigation.py
+#   bash scripts/main_job.sh                 # CPU quick run of examples/hard20.py (RTI, SmolLM2)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 source "${RTI_VENV:-.venv}/bin/activate"
 source scripts/cpu_env.sh
-EXAMPLE="${RTI_MAIN_EXAMPLE:-examples/navigation.py}"
+EXAMPLE="${RTI_MAIN_EXAMPLE:-examples/hard20.py}"
 ARGS=("$@")
 [ ${#ARGS[@]} -gt 0 ] || ARGS=(--quick)
 # Build the cached model folder once, outside the job, so the job's log shows training.

@@ -86,6 +86,12 @@ class VLLMEngine:
         from transformers import AutoTokenizer
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.eos_id = self.tokenizer.eos_token_id
+        if not on_gpu:
+            # Seeded sampling (every rollout request carries a seed) breaks on CPU when a
+            # prompt is prefilled in chunks: vLLM rewinds the request's torch.Generator,
+            # which CPU generators do not support. Schedule whole prompts only.
+            llm_kwargs.setdefault("enable_chunked_prefill", False)
+            llm_kwargs.setdefault("max_num_batched_tokens", max(max_model_len, 8192))
         self.llm = LLM(model=model_path, dtype=dtype, max_model_len=max_model_len, seed=seed,
                        gpu_memory_utilization=gpu_memory_utilization, enforce_eager=enforce_eager,
                        logprobs_mode="processed_logprobs", enable_prefix_caching=True, **llm_kwargs)
