@@ -52,7 +52,11 @@ class Algorithm:
         self.config = config.copy()
         self.config.freeze()
         c = self.config
-        self.model_path = load_model(c["policy"]["model"])
+        try:
+            self.model_path = load_model(c["policy"]["model"])
+        except (ValueError, RuntimeError) as e:
+            raise ConfigError(f"policy(model={c['policy']['model']!r}): {e}") from None
+        self._check_chat_template()
         self._check_memory()
         self.iteration = 0
         self.version = 0
@@ -293,6 +297,15 @@ class Algorithm:
             self.version += 1
         weights = ray.put(ray.get(self.learner.get_weights.remote()))
         ray.get([e.update_weights.remote(weights, self.version) for e in self.engines])
+
+    def _check_chat_template(self) -> None:
+        from transformers import AutoTokenizer
+
+        from policies.chat import ChatRenderer, ChatTemplateError
+        try:
+            ChatRenderer(AutoTokenizer.from_pretrained(self.model_path), self.config["policy"]["fallback_chat_template"])
+        except ChatTemplateError as e:
+            raise ConfigError(f"policy(model={self.config['policy']['model']!r}): {e}") from None
 
     def _check_memory(self) -> None:
         import psutil

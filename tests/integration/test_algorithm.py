@@ -128,3 +128,21 @@ def test_killed_env_runner_loses_no_episode(ray_cluster, flat_model, tmp_path):
         assert algo.train()["num_episodes"] == 8
     finally:
         algo.stop()
+
+
+def test_bad_model_and_template_fail_at_build(ray_cluster, tiny_model_path, tmp_path):
+    import shutil
+
+    from rti_actors import ConfigError
+    with pytest.raises(ConfigError, match="unknown model"):
+        _config(str(tmp_path / "nope"), tmp_path).build()
+    # a tokenizer without a chat template, and no fallback allowed
+    bare = tmp_path / "bare"
+    shutil.copytree(tiny_model_path, bare)
+    (bare / "chat_template.jinja").unlink(missing_ok=True)
+    import json
+    cfg = json.loads((bare / "tokenizer_config.json").read_text())
+    cfg.pop("chat_template", None)
+    (bare / "tokenizer_config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ConfigError, match="no chat template"):
+        _config(str(bare), tmp_path).policy(fallback_chat_template=None).build()

@@ -1,0 +1,88 @@
+"""Role actors against an OpenAI-compatible endpoint served on 127.0.0.1 by the test:
+good answers are parsed, garbage and timeouts skip the candidate, an unreachable URL fails."""
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+
+from rti_actors.roles import EndpointClient, RoleActor
+
+MODE = {"value": "good"}
+
+
+class Handler(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):  # /models, for the reachability check
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b'{"data": []}')
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        prompt = body["messages"][0]["content"]
+        if MODE["value"] == "timeout":
+            import time
+            time.sleep(2)
+        if MODE["value"] == "garbage":
+            text = "I think it is fine?? {not json"
+        elif '"is_valid"' in prompt:
+            text = '<think>let me see</think>{"is_valid": false, "error_types": ["wrong_tool"], ' \
+                   '"diagnosis": "searched the wrong city", "suggest_next": "search again with the city"}'
+        elif '"consistent"' in prompt:
+            text = '```json\n{"consistent": true, "plausible": true, "reason": "ok"}\n```'
+        else:
+            text = '<tool_call>\n{"name": "poi_search", "arguments": {"address": "X", "region": "Y"}}\n</tool_call>'
+        out = json.dumps({"choices": [{"message": {"role": "assistant", "content": text}}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(out)
+
+
+@pytest.fixture(scope="module")
+def endpoint():
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}/v1"
+    server.shutdown()
+
+
+REQ = {"history": [{"role": "user", "content": "Plan a route"}], "step": "<tool_call>{}</tool_call>",
+       "evidence": {"gold": "secret"}, "language": "en", "tools": [], "verdict": {"diagnosis": "d", "suggest_next": "s"},
+       "corrected": "x"}
+
+
+def test_endpoint_roles_parse_answers(endpoint, tiny_model_path):
+    MODE["value"] = "good"
+    client = EndpointClient(endpoint, "judge-model", api_key="sk-test-secret")
+    client.check()
+    assert "sk-test-secret" not in repr(client)
+    actor = RoleActor(client, None, tiny_model_path, max_model_len=1024, max_role_tokens=64)
+    v = actor.validate([REQ])[0]
+    assert v == {"is_valid": False, "error_types": ["wrong_tool"], "diagnosis": "searched the wrong city",
+                 "suggest_next": "search again with the city"}
+    attempts = actor.correct([REQ], attempts=2, temperature=0.8, seeds=[0])[0]
+    assert len(attempts) == 2 and all(a["complete"] for a in attempts)
+    eos = actor.policy_tokenizer.eos_token_id
+    assert attempts[0]["ids"][-1] == eos and "poi_search" in actor.policy_tokenizer.decode(attempts[0]["ids"])
+    assert actor.verify([REQ])[0] == {"consistent": True, "plausible": True, "reason": "ok"}
+
+
+def test_garbage_and_timeouts_skip_the_candidate(endpoint, tiny_model_path):
+    MODE["value"] = "garbage"
+    actor = RoleActor(EndpointClient(endpoint), None, tiny_model_path, max_model_len=1024)
+    assert actor.validate([REQ]) == [None] and actor.verify([REQ]) == [None]
+    MODE["value"] = "timeout"
+    slow = RoleActor(EndpointClient(endpoint, timeout=0.5), None, tiny_model_path, max_model_len=1024)
+    attempts = slow.correct([REQ], attempts=1, temperature=0.8, seeds=[0])[0]
+    assert attempts[0]["complete"] is False and "error" in attempts[0]
+    MODE["value"] = "good"
+
+
+def test_unreachable_endpoint_fails_fast():
+    with pytest.raises(ValueError, match="unreachable"):
+        EndpointClient("http://127.0.0.1:9/v1", timeout=1).check()
