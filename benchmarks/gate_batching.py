@@ -32,13 +32,14 @@ def main():
     ap.add_argument("--out", default="benchmarks/results/gate_batching.json")
     args = ap.parse_args()
     from policies.models import load_model
+    from rti_actors.algorithm import threads_env
     from rti_actors.engine_actor import EngineActor, EnginePool
     from rti_actors.gate import PPLGate
 
     path = load_model(args.model)
     ray.init(num_cpus=4, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     kw = {"dtype": "bfloat16", "max_model_len": 2048} if args.engine == "vllm" else {"dtype": "float32"}
-    engine = ray.remote(EngineActor).options(num_cpus=0).remote(args.engine, path, kw)
+    engine = ray.remote(EngineActor).options(num_cpus=0, runtime_env=threads_env(None)).remote(args.engine, path, kw)
     pool = EnginePool([engine])
     gate = ray.remote(PPLGate).options(num_cpus=0).remote(pool, 0.8, args.requests, 0.05)
     rows = []

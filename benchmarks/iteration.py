@@ -23,10 +23,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import psutil  # noqa: E402
 
-STAGES = ["triggered_groups", "candidates", "validator_calls", "validator_unparsable", "validator_found_error",
-          "corrector_attempts", "corrector_complete", "corrector_parsed", "verifier_v2_pass", "verifier_v1_pass",
-          "verifier_v3_pass", "verifier_pass", "gate_scored", "gate_pass", "accepted", "continued",
-          "continuation_success"]
 
 
 class PeakMemory(threading.Thread):
@@ -65,6 +61,7 @@ def main():
     ap.add_argument("--name", default=None)
     args = ap.parse_args()
     from rti_actors import RTIConfig
+    from rti_actors.intervention import STAGES
 
     name = args.name or f"{args.env}-{args.algorithm}" + (f"-{args.roles}" if args.algorithm == "rti" else "")
     mem = PeakMemory()

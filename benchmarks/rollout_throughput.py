@@ -52,11 +52,12 @@ class LatencyEnv(ToolEnv):
 
 
 def _actors(model_path, kind, num_runners, envs_per_runner, env_config, max_tokens):
+    from rti_actors.algorithm import threads_env
     from rti_actors.engine_actor import EngineActor, EnginePool
     from rti_actors.env_runner import EnvRunner
 
     kw = {"dtype": "bfloat16", "max_model_len": 2048} if kind == "vllm" else {"dtype": "float32"}
-    engine = ray.remote(EngineActor).options(num_cpus=0).remote(kind, model_path, kw)
+    engine = ray.remote(EngineActor).options(num_cpus=0, runtime_env=threads_env(None)).remote(kind, model_path, kw)
     pool = EnginePool([engine])
     policy = {"max_model_len": 2048, "max_new_tokens": max_tokens}
     runners = [ray.remote(EnvRunner).options(num_cpus=0).remote(

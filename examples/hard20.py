@@ -92,7 +92,20 @@ def main(argv=None):
     a = parse_args(argv)
     t0 = time.time()
     algo = build_config(a).build()
+    try:
+        base, final = run(algo, a)
+    finally:
+        algo.stop()
+    print()
+    print(base["table"])
+    print(final["table"].split("\n", 3)[-1])
+    print(f"\n({final['num_tasks']} held-out tasks x {final['n']} rollouts; total {time.time() - t0:.0f} s)")
+    print(f"run directory: {algo.run_dir}")
+
+
+def run(algo, a):
     base = algo.evaluate(method="base")
+    print(f"base policy evaluated in {base['seconds']:.0f} s", flush=True)
     for _ in range(a.iterations):
         m = algo.train()
         rti = (f"  rti: triggered {m['rti/triggered_groups']}/{m['num_groups']} accepted {m['rti/accepted']} "
@@ -100,13 +113,7 @@ def main(argv=None):
         print(f"iter {m['iteration']:3d}  reward {m['reward_mean']:.3f}  success {m['success_rate']:.3f}  "
               f"all-fail groups {m['frac_all_fail_groups']:.2f}  loss {m['learner'].get('loss', float('nan')):+.4f}  "
               f"{sum(m['seconds'].values()):.0f}s{rti}", flush=True)
-    final = algo.evaluate(method=a.algorithm.upper())
-    algo.stop()
-    print()
-    print(base["table"])
-    print(final["table"].split("\n", 3)[-1])
-    print(f"\n({final['num_tasks']} held-out tasks x {final['n']} rollouts; total {time.time() - t0:.0f} s)")
-    print(f"run directory: {algo.run_dir}")
+    return base, algo.evaluate(method=a.algorithm.upper())
 
 
 if __name__ == "__main__":

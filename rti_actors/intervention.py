@@ -51,6 +51,13 @@ def assistant_positions(t: dict) -> list[int]:
     return pos[len(pos) - t["num_turns"]:] if t["num_turns"] else []
 
 
+# every per-stage counter, reported (as rti/<name>) even when it stayed at 0
+STAGES = ("groups", "triggered_groups", "candidates", "validator_calls", "validator_unparsable", "validator_found_error",
+          "corrector_attempts", "corrector_complete", "corrector_parsed", "verifier_v2_pass", "verifier_v1_pass",
+          "verifier_v3_pass", "verifier_unparsable", "verifier_pass", "gate_scored", "gate_pass", "accepted",
+          "accepted_second_fix", "continued", "continuation_success", "replay_errors")
+
+
 class Intervention:
     def __init__(self, cfg: dict, *, roles, rules, gate, runners, renderer, sampling: dict, seed: int):
         self.cfg = cfg
@@ -80,16 +87,27 @@ class Intervention:
             pool = [t for t in groups[gi] if t["num_turns"] and not (self.cfg["exclude_truncated"] and t["context_truncated"])]
             pool.sort(key=lambda t: (-progress(t), t["num_turns"], request_seed(self.seed, round_, t["task_id"], t["sample_index"])))
             for t in pool[: self.cfg["max_candidates_per_group"]]:
-                cands.append({"group": gi, "traj": t, "evidence": evidence[t["task_id"]]})
+                cands.append({"group": gi, "traj": t, "evidence": evidence[t["task_id"]], "min_step": 0})
         c["candidates"] = len(cands)
 
-        cands = self._validate(cands, c)
-        cands = self._correct(cands, c, round_)
-        cands = self._verify(cands, c)
-        cands = self._gate(cands, c)
-        accepted = self._select(cands, c)
-        rescued = self._continue(accepted, c, version, round_, groups)
-
+        # Round 2+ (interventions_per_trajectory > 1): a rescued trajectory that still
+        # failed goes through the pipeline again, on steps after its first fix, and the
+        # result (carrying both fixes) takes its place.
+        final: dict[tuple[int, int], dict] = {}
+        for depth in range(self.cfg["interventions_per_trajectory"]):
+            cands = self._validate(cands, c)
+            cands = self._correct(cands, c, round_)
+            cands = self._verify(cands, c)
+            cands = self._gate(cands, c)
+            accepted = self._select(cands, c) if depth == 0 else cands
+            if depth:
+                c["accepted_second_fix"] += len(accepted)
+            for t in self._continue(accepted, c, version, f"{round_}-{depth}", groups):
+                final[(t["group"], t["sample_index"])] = t
+            cands = [{"group": t["group"], "traj": t, "evidence": evidence[t["task_id"]], "replace_index": t["sample_index"],
+                      "min_step": t["intervened_step"] + 1, "source_index": t["source_index"]}
+                     for t in final.values() if t["reward"] <= 0 and t.get("depth", 0) == depth]
+        rescued = list(final.values())
         out = assemble(groups, rescued, self.cfg["group_mode"])
         ppls = [t["gate_ppl"] for t in rescued]
         metrics = self._metrics(c, cands, rescued, ppls, groups, out)
@@ -102,23 +120,23 @@ class Intervention:
             for cd in cands:
                 t = cd["traj"]
                 v = self.rules.validate(t["messages"], t["actions"], cd["evidence"])
-                if v is not None and not v.get("is_valid", True):
+                if v is not None and not v.get("is_valid", True) and int(v["step"]) >= cd["min_step"]:
                     cd["step"], cd["verdict"] = int(v["step"]), v
                     kept.append(cd)
-            c["validator_found_error"] = len(kept)
+            c["validator_found_error"] += len(kept)
             return kept
         requests, owners = [], []
         for ci, cd in enumerate(cands):
             t = cd["traj"]
             pos = assistant_positions(t)
             lang = language_of(t["messages"])
-            for k in range(min(len(pos), self.cfg["max_validator_steps"])):
+            for k in range(cd["min_step"], min(len(pos), cd["min_step"] + self.cfg["max_validator_steps"])):
                 requests.append({"history": t["messages"][:pos[k]], "step": t["actions"][k],
                                  "evidence": cd["evidence"], "language": lang})
                 owners.append((ci, k))
         verdicts = ray.get(self._role().validate.remote(requests)) if requests else []
-        c["validator_calls"] = len(requests)
-        c["validator_unparsable"] = sum(v is None for v in verdicts)
+        c["validator_calls"] += len(requests)
+        c["validator_unparsable"] += sum(v is None for v in verdicts)
         first: dict[int, tuple[int, dict]] = {}
         for (ci, k), v in zip(owners, verdicts):
             if v is not None and not v["is_valid"] and (ci not in first or k < first[ci][0]):
@@ -127,7 +145,7 @@ class Intervention:
         for ci, (k, v) in sorted(first.items()):
             cands[ci]["step"], cands[ci]["verdict"] = k, v
             kept.append(cands[ci])
-        c["validator_found_error"] = len(kept)
+        c["validator_found_error"] += len(kept)
         return kept
 
     def _history(self, cd) -> list[dict]:
@@ -152,12 +170,12 @@ class Intervention:
                                                        self.cfg["corrector_temperature"], seeds))
             for cd, attempts in zip(cands, outs):
                 cd["attempts"] = attempts
-        c["corrector_attempts"] = sum(len(cd["attempts"]) for cd in cands)
-        c["corrector_complete"] = sum(a["complete"] for cd in cands for a in cd["attempts"])
+        c["corrector_attempts"] += sum(len(cd["attempts"]) for cd in cands)
+        c["corrector_complete"] += sum(a["complete"] for cd in cands for a in cd["attempts"])
         for cd in cands:
             cd["attempts"] = [a for a in cd["attempts"] if a["complete"] and len(a["ids"]) > 1]
         kept = [cd for cd in cands if cd["attempts"]]
-        c["corrector_parsed"] = len(kept)
+        c["corrector_parsed"] += len(kept)
         return kept
 
     def _verify(self, cands, c):
@@ -178,7 +196,7 @@ class Intervention:
                 for problem in a["v2_problems"][:1]:  # why attempts fail, for the metrics
                     self.v2_reasons[problem.split(":")[0][:60]] += 1
             cd["attempts"] = [a for a in cd["attempts"] if not a["v2_problems"]]
-        c["verifier_v2_pass"] = v2
+        c["verifier_v2_pass"] += v2
         cands = [cd for cd in cands if cd["attempts"]]
         if self.cfg["verifier_llm"] and cands and self.verifier_roles:
             flat = [(cd, a) for cd in cands for a in cd["attempts"]]
@@ -188,13 +206,13 @@ class Intervention:
             for (cd, a), v in zip(flat, verdicts):
                 a["v1"] = bool(v and v["consistent"])
                 a["v3"] = bool(v and v["plausible"])
-            c["verifier_unparsable"] = sum(v is None for v in verdicts)
-            c["verifier_v1_pass"] = sum(a["v1"] for _, a in flat)
-            c["verifier_v3_pass"] = sum(a["v3"] for _, a in flat)
+            c["verifier_unparsable"] += sum(v is None for v in verdicts)
+            c["verifier_v1_pass"] += sum(a["v1"] for _, a in flat)
+            c["verifier_v3_pass"] += sum(a["v3"] for _, a in flat)
             for cd in cands:
                 cd["attempts"] = [a for a in cd["attempts"] if a["v1"] and a["v3"]]
             cands = [cd for cd in cands if cd["attempts"]]
-        c["verifier_pass"] = len(cands)
+        c["verifier_pass"] += len(cands)
         return cands
 
     def _contexts(self, cd) -> tuple[list[int], list[int]]:
@@ -228,7 +246,8 @@ class Intervention:
             a["ppl"] = perplexity(a["lp_h"])
             a["gate_pass"] = passes_gate(a["ppl"], self.cfg["ppl_threshold"])
             passed += a["gate_pass"]
-        c["gate_scored"], c["gate_pass"] = n, passed
+        c["gate_scored"] += n
+        c["gate_pass"] += passed
         self.all_ppls = [a["ppl"] for _, a in flat]
         kept = []
         for cd in cands:
@@ -245,7 +264,7 @@ class Intervention:
             if per_group[cd["group"]] < self.cfg["max_accepted_per_group"]:
                 per_group[cd["group"]] += 1
                 accepted.append(cd)
-        c["accepted"] = len(accepted)
+        c["accepted"] += len(accepted)
         return accepted
 
     def _continue(self, accepted, c, version, round_, groups):
@@ -258,10 +277,13 @@ class Intervention:
             start = t["turn_spans"][k][0]
             w, wstats = token_weights(best["lp_c"], best["lp_h"], self.cfg["eps_cal"])
             cd["wstats"] = wstats
-            idx = next_index[cd["group"]]
-            next_index[cd["group"]] += 1
+            if "replace_index" in cd:
+                idx = cd["replace_index"]
+            else:
+                idx = next_index[cd["group"]]
+                next_index[cd["group"]] += 1
             spec = {"task_id": t["task_id"], "sample_index": idx, "seed": t.get("seed", 0), "round": f"{round_}-rti",
-                    "split": t.get("split", "train"), "source_index": t["sample_index"], "group": cd["group"]}
+                    "split": t.get("split", "train"), "group": cd["group"]}
             requests.append({
                 "spec": spec, "actions": t["actions"][:k], "messages": self._history(cd),
                 "prefix": {key: t[src][:start] for key, src in (("ids", "ids"), ("loss_mask", "loss_mask"),
@@ -280,18 +302,19 @@ class Intervention:
             if "replay_error" in res:
                 c["replay_errors"] += 1
                 continue
-            res.update(group=cd["group"], source_index=cd["traj"]["sample_index"], gate_ppl=cd["best"]["ppl"],
-                       intervened=True, weight_stats=cd["wstats"], diagnosis=cd["verdict"].get("diagnosis", ""))
+            res.update(group=cd["group"], source_index=cd.get("source_index", cd["traj"]["sample_index"]),
+                       gate_ppl=cd["best"]["ppl"], intervened=True, weight_stats=cd["wstats"],
+                       depth=cd["traj"].get("depth", -1) + 1, diagnosis=cd["verdict"].get("diagnosis", ""))
             rescued.append(res)
-        c["continued"] = len(rescued)
-        c["continuation_success"] = sum(t["reward"] >= 1.0 for t in rescued)
+        c["continued"] += len(rescued)
+        c["continuation_success"] += sum(t["reward"] >= 1.0 for t in rescued)
         return rescued
 
     def _metrics(self, c, cands, rescued, ppls, before, after) -> dict:
         def learnable(g):
             r = [t["reward"] for t in g]
             return max(r) - min(r) > 1e-9
-        m = {f"rti/{k}": v for k, v in c.items()}
+        m = {f"rti/{k}": c[k] for k in STAGES}
         m["rti/provider"] = self.cfg["roles"] if self.cfg["roles"] in ("self", "rules") else "model"
         m["rti/frac_triggered"] = c["triggered_groups"] / max(c["groups"], 1)
         m["rti/continuation_success_rate"] = c["continuation_success"] / c["continued"] if c["continued"] else float("nan")

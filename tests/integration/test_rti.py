@@ -102,3 +102,23 @@ def test_leakage_canary_never_reaches_a_sample_or_prompt(ray_cluster, tiny_model
         assert canary not in tok.decode(evals[0]["ids"])
     finally:
         algo.stop()
+
+
+def test_second_fix_on_a_rescued_trajectory_that_still_fails(ray_cluster, tiny_model_path, tmp_path):
+    algo = _nav_config(tiny_model_path, tmp_path, "depth2", interventions_per_trajectory=2).build()
+    try:
+        new_groups, m = algo._intervene(_sample_groups(algo))
+    finally:
+        algo.stop()
+    assert m["rti/accepted_second_fix"] >= 1
+    twice = [t for g in new_groups for t in g if t.get("depth") == 1]
+    assert twice
+    for t in twice:
+        a, b = t["corrected_span"]
+        w = t["token_weight"]
+        assert any(x != 1.0 for x in w[:a])  # the first fix, carried in the prefix
+        assert any(x != 1.0 for x in w[a:b]) and all(x == 1.0 for x in w[b:])
+    # each source trajectory contributes at most one rescued trajectory to its group
+    for g in new_groups:
+        sources = [t["source_index"] for t in g if t.get("intervened")]
+        assert len(sources) == len(set(sources))
