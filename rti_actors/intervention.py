@@ -111,7 +111,7 @@ class Intervention:
         out = assemble(groups, rescued, self.cfg["group_mode"])
         ppls = [t["gate_ppl"] for t in rescued]
         metrics = self._metrics(c, cands, rescued, ppls, groups, out)
-        metrics["seconds"] = time.perf_counter() - t0
+        metrics["rti/seconds"] = time.perf_counter() - t0
         return out, metrics
 
     def _validate(self, cands, c):

@@ -21,6 +21,8 @@ ray get-auth-token --generate >/dev/null
 ray start --head --port="$PORT" --dashboard-host=127.0.0.1 --dashboard-port="$DASH" --num-cpus="$(nproc)" \
     --disable-usage-stats >/dev/null
 trap 'ray stop --force >/dev/null 2>&1 || true' EXIT
+# the head's job agent registers a few seconds after `ray start`
+for _ in $(seq 30); do RAY_ADDRESS="http://127.0.0.1:$DASH" ray job list >/dev/null 2>&1 && break; sleep 2; done
 start=$(date +%s)
 RAY_ADDRESS="http://127.0.0.1:$DASH" ray job submit --working-dir . \
     --runtime-env-json="{\"excludes\": [\".venv\", \".cache\", \"runs\", \".git\"], \"env_vars\": {\"RTI_CACHE_DIR\": \"$PWD/.cache\", \"VLLM_CPU_KVCACHE_SPACE\": \"$VLLM_CPU_KVCACHE_SPACE\", \"VLLM_CPU_OMP_THREADS_BIND\": \"$VLLM_CPU_OMP_THREADS_BIND\", \"VLLM_CPU_NUM_OF_RESERVED_CPU\": \"0\", \"TORCH_EXTENSIONS_DIR\": \"$TORCH_EXTENSIONS_DIR\", \"TOKENIZERS_PARALLELISM\": \"false\"}}" \

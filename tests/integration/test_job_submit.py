@@ -1,6 +1,8 @@
 """`ray job submit` of an example against a `ray start --head` cluster the test starts."""
 
 import os
+import tempfile
+import time
 import subprocess
 import sys
 from pathlib import Path
@@ -17,24 +19,61 @@ def _ray(args, env, **kw):
     return subprocess.run([ray_bin, *args], env=env, capture_output=True, text=True, **kw)
 
 
-def test_ray_job_submit_navigation_example(tiny_model_path, tmp_path):
+def _stop_cluster(temp_dir: str) -> None:
+    """Kill exactly the processes of the cluster started under ``temp_dir`` (``ray stop``
+    would also kill the session cluster the other integration tests share)."""
+    import psutil
+
+    procs = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if any(temp_dir in part for part in (p.info["cmdline"] or [])):
+                procs.append(p)
+        except psutil.Error:
+            pass
+    for p in procs:
+        p.terminate()
+    _, alive = psutil.wait_procs(procs, timeout=20)
+    for p in alive:
+        p.kill()
+
+
+def test_ray_job_submit_hard20_main_job(tiny_model_path, tmp_path):
     env = dict(os.environ, RAY_AUTH_MODE="token")
     env.pop("RAY_ADDRESS", None)
     assert _ray(["get-auth-token", "--generate"], env).returncode == 0
+    # its own temp dir, so that stopping it cannot touch the session cluster of the other tests
+    temp_dir = Path(tempfile.mkdtemp(prefix="rtijob", dir="/tmp"))  # short: AF_UNIX paths are <= 107 bytes
     start = _ray(["start", "--head", "--port=6391", "--dashboard-host=127.0.0.1", "--dashboard-port=8266",
-                  "--num-cpus=4", "--disable-usage-stats"], env, timeout=120)
+                  "--num-cpus=4", "--disable-usage-stats", f"--temp-dir={temp_dir}"], env, timeout=120)
     assert start.returncode == 0, start.stderr
     try:
         env["RAY_ADDRESS"] = "http://127.0.0.1:8266"
         runtime_env = ('{"excludes": [".venv", ".cache", "runs", ".git"], "env_vars": {"RTI_CACHE_DIR": "%s"}}'
                        % (REPO / ".cache"))
-        job = _ray(["job", "submit", "--working-dir", str(REPO), "--runtime-env-json", runtime_env, "--",
-                    "python", "examples/navigation.py", "--model", tiny_model_path, "--engine", "hf", "--quick",
-                    "--iterations", "1", "--tasks-per-iteration", "1", "--group-size", "2", "--eval-tasks", "1",
-                    "--eval-samples", "1", "--max-new-tokens", "8", "--max-turns", "2",
-                    "--run-dir", str(tmp_path / "runs"), "--run-name", "job"], env, timeout=900)
+        for _ in range(12):  # the head's job agent registers a few seconds after `ray start`
+            job = _ray(["job", "submit", "--working-dir", str(REPO), "--runtime-env-json", runtime_env, "--",
+                        "python", "examples/hard20.py", "--model", tiny_model_path, "--engine", "hf", "--quick",
+                        "--iterations", "1", "--tasks-per-iteration", "1", "--group-size", "2", "--eval-tasks", "2",
+                        "--eval-samples", "1", "--max-new-tokens", "8", "--max-turns", "2",
+                        "--run-dir", str(tmp_path / "runs"), "--run-name", "job"], env, timeout=900)
+            if "No available agent" not in job.stdout + job.stderr:
+                break
+            time.sleep(5)
         assert job.returncode == 0, job.stdout[-4000:] + job.stderr[-4000:]
-        assert "iter   1" in job.stdout and "p@1" in job.stdout
+        assert "iter   1" in job.stdout and "p@1" in job.stdout and "RTI" in job.stdout
+        assert "rti: triggered" in job.stdout
         assert (tmp_path / "runs" / "job" / "metrics.jsonl").exists()
     finally:
-        _ray(["stop", "--force"], env, timeout=120)
+        _stop_cluster(str(temp_dir))
+
+
+def test_navigation_example_runs(ray_cluster, tiny_model_path, tmp_path, capsys):
+    sys.path.insert(0, str(REPO / "examples"))
+    import navigation
+
+    navigation.main(["--model", tiny_model_path, "--engine", "hf", "--quick", "--iterations", "1",
+                     "--tasks-per-iteration", "1", "--group-size", "2", "--eval-tasks", "1", "--eval-samples", "1",
+                     "--max-new-tokens", "8", "--max-turns", "2", "--run-dir", str(tmp_path), "--run-name", "nav"])
+    out = capsys.readouterr().out
+    assert "iter   1" in out and "p@1" in out and (tmp_path / "nav" / "metrics.jsonl").exists()
