@@ -123,6 +123,7 @@ class ToolEnv(gym.Env):
         self.done = False
         self._tools: dict[str, Tool] = {}
         self._call_counter = 0
+        self.actions: list = []  # the assistant turns of this episode, as given to step()
 
     # ---- hooks for subclasses ----------------------------------------------------------
     def task_ids(self, split: str) -> list[str]:
@@ -166,6 +167,7 @@ class ToolEnv(gym.Env):
         self.turns = 0
         self.done = False
         self._call_counter = 0
+        self.actions = []
         self.messages = [
             {"role": "system", "content": self.task.system_prompt},
             {"role": "user", "content": self.task.user_message},
@@ -177,6 +179,7 @@ class ToolEnv(gym.Env):
             raise RuntimeError("call reset() before step()")
         if self.done:
             raise RuntimeError("episode is over; call reset()")
+        self.actions.append(copy.deepcopy(action))
         turn = self._as_turn(action)
         self.turns += 1
         assistant = {"role": "assistant", "content": turn["content"]}
@@ -208,6 +211,22 @@ class ToolEnv(gym.Env):
             info["reward_breakdown"] = breakdown
         info["turns"] = self.turns
         return copy.deepcopy(new), float(reward), bool(episode_over), bool(truncated), info
+
+    # ---- replay (RTI continues episodes from a mid-episode state) ----------------------------
+    def snapshot(self) -> dict:
+        """What ``restore`` needs to rebuild the current state: the task and the turns."""
+        return {"task_id": self.task.task_id if self.task else None, "actions": copy.deepcopy(self.actions)}
+
+    def restore(self, task_id: str, actions: list) -> list[dict]:
+        """Reset to ``task_id`` and replay ``actions``; returns the full message history.
+        Exact for environments that are a pure function of (config, task, turns); one
+        whose state depends on something else (an LLM user) must override this."""
+        self.reset(options={"task_id": task_id})
+        for action in actions:
+            if self.done:
+                raise ValueError("the replayed actions run past the end of the episode")
+            self.step(action)
+        return copy.deepcopy(self.messages)
 
     def render(self):
         if self.render_mode == "ansi":

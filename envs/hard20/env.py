@@ -77,7 +77,6 @@ class Hard20Env(ToolEnv):
         self.families = check_families(cfg["families"])
         self.judge = make_judge(cfg)
         self.backend = None
-        self.actions: list = []
 
     # ---- ToolEnv hooks --------------------------------------------------------------------------
     def task_ids(self, split: str) -> list[str]:
@@ -111,13 +110,7 @@ class Hard20Env(ToolEnv):
         return result
 
     # ---- gymnasium API ------------------------------------------------------------------------------
-    def reset(self, *, seed: int | None = None, options: dict | None = None):
-        self.actions = []
-        return super().reset(seed=seed, options=options)
-
     def step(self, action):
-        if self.task is not None and not self.done:
-            self.actions.append(copy.deepcopy(action))
         obs, reward, terminated, truncated, info = super().step(action)
         if truncated and not terminated:  # Claw-Eval grades a run cut at the turn limit as it stands
             reward, info["reward_breakdown"] = self.compute_reward()
@@ -125,18 +118,6 @@ class Hard20Env(ToolEnv):
             b = info["reward_breakdown"]
             info.update(score=b["score"], passed=b["passed"], judge=b["judge"])
         return obs, reward, terminated, truncated, info
-
-    def snapshot(self) -> dict:
-        return {"task_id": self.task.task_id if self.task else None, "actions": copy.deepcopy(self.actions)}
-
-    def restore(self, task_id: str, actions: list) -> list[dict]:
-        """Reset to ``task_id`` and replay ``actions``; returns the full message history."""
-        self.reset(options={"task_id": task_id})
-        for action in actions:
-            if self.done:
-                raise ValueError("the replayed actions run past the end of the episode")
-            self.step(action)
-        return copy.deepcopy(self.messages)
 
     def audit_log(self) -> list[dict]:
         return copy.deepcopy(self.backend.audit) if self.backend else []

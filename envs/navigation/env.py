@@ -76,7 +76,6 @@ class NavigationEnv(ToolEnv):
         else:
             self.client = _offline_amap(int(cfg["world_seed"]))
         self.routes: list[dict] = []
-        self.actions: list = []
 
     # ---- ToolEnv hooks --------------------------------------------------------------------
     def task_ids(self, split: str) -> list[str]:
@@ -97,29 +96,6 @@ class NavigationEnv(ToolEnv):
         if self.task is None:
             raise RuntimeError("call reset() before reward_evidence()")
         return self.task.data["spec"].evidence()
-
-    # ---- gymnasium API, plus the record that makes replay possible -------------------------
-    def reset(self, *, seed: int | None = None, options: dict | None = None):
-        self.actions = []
-        return super().reset(seed=seed, options=options)
-
-    def step(self, action):
-        if self.task is not None and not self.done:
-            self.actions.append(copy.deepcopy(action))
-        return super().step(action)
-
-    def snapshot(self) -> dict:
-        """What ``restore`` needs to rebuild the current state: the task and the turns."""
-        return {"task_id": self.task.task_id if self.task else None, "actions": copy.deepcopy(self.actions)}
-
-    def restore(self, task_id: str, actions: list) -> list[dict]:
-        """Reset to ``task_id`` and replay ``actions``; returns the full message history."""
-        self.reset(options={"task_id": task_id})
-        for action in actions:
-            if self.done:
-                raise ValueError("the replayed actions run past the end of the episode")
-            self.step(action)
-        return copy.deepcopy(self.messages)
 
     def tasks_summary(self) -> dict:
         """Task counts per split, waypoint count and order level."""

@@ -123,3 +123,18 @@ def test_registry_round_trip_and_gymnasium_make():
 def test_check_env():
     register_env("CalcTest-v0", make_calc)
     check_env(gym.make("CalcTest-v0").unwrapped)
+
+
+def test_snapshot_and_restore_replay_the_turns():
+    env = CalcEnv({})
+    env.reset(options={"task_id": "t2"})
+    env.step('<tool_call>{"name": "add", "arguments": {"x": 7, "y": 8}}</tool_call>')
+    snap = env.snapshot()
+    assert snap["task_id"] == "t2" and len(snap["actions"]) == 1
+    other = CalcEnv({})
+    history = other.restore(**snap)
+    assert history == env.messages and other.turns == 1
+    _, r, term, _, _ = other.step("15")
+    assert term and r == 1.0
+    with pytest.raises(ValueError, match="past the end"):
+        CalcEnv({}).restore("t0", ["done", "again"])
