@@ -83,7 +83,7 @@ def parse_args(argv=None):
     a = ap.parse_args(argv)
     if a.quick:
         a.iterations, a.tasks_per_iteration, a.group_size = 2, 2, 4
-        a.max_turns, a.max_new_tokens, a.eval_samples = 3, 96, 2
+        a.max_turns, a.max_new_tokens, a.eval_samples = 3, 64, 2
         a.num_envs_per_env_runner = 4
     return a
 

@@ -20,6 +20,8 @@ from pathlib import Path
 from rti_actors.verdicts import parse_validator, parse_verifier
 
 PROMPTS = Path(__file__).with_name("prompts")
+VALIDATOR_PREFIX = '{"is_valid": '
+VERIFIER_PREFIX = '{"consistent": '
 _CJK = re.compile(r"[\u4e00-\u9fff]")
 
 
@@ -122,8 +124,13 @@ class RoleActor:
         budget = self.max_model_len - self.max_role_tokens - 1
         return ids if len(ids) <= budget else ids[:8] + ids[-(budget - 8):]  # keep the head marker, cut the middle
 
-    def _generate(self, texts: list[str], temperature: float, seeds: list[int] | None = None) -> list[dict]:
-        """-> [{"text", "ids" (None for endpoints), "complete"}]"""
+    def _generate(self, texts: list[str], temperature: float, seeds: list[int] | None = None,
+                  prefix: str = "") -> list[dict]:
+        """-> [{"text", "ids" (None for endpoints), "complete"}]
+
+        ``prefix`` starts the model's answer for it (on our own engines only): a small
+        policy asked for JSON writes prose instead (SmolLM2-135M: 25 of 25 Validator answers
+        unparsable in a Hard20 quick run); opening the object leaves it only the values."""
         if not self.is_pool:
             out = []
             for t in texts:
@@ -134,9 +141,10 @@ class RoleActor:
                     out.append({"text": "", "ids": None, "complete": False, "error": f"{type(e).__name__}: {e}"})
             return out
         sampling = {"max_tokens": self.max_role_tokens, "temperature": temperature}
-        gens = self.provider.generate([self._prompt_ids(t) for t in texts], sampling, seeds)
+        head = self.tokenizer.encode(prefix, add_special_tokens=False) if prefix else []
+        gens = self.provider.generate([self._prompt_ids(t) + head for t in texts], sampling, seeds)
         eos = self.tokenizer.eos_token_id
-        return [{"text": self.tokenizer.decode([i for i in g["token_ids"] if i != eos]), "ids": g["token_ids"],
+        return [{"text": prefix + self.tokenizer.decode([i for i in g["token_ids"] if i != eos]), "ids": g["token_ids"],
                  "complete": g["finish_reason"] == "stop"} for g in gens]
 
     # ---- roles ----------------------------------------------------------------------------
@@ -145,7 +153,7 @@ class RoleActor:
         texts = [load_prompt("validator", r["language"]).format(
             evidence=json.dumps(r["evidence"], ensure_ascii=False, default=str)[:3000],
             history=history_text(r["history"]), step=r["step"]) for r in requests]
-        return [parse_validator(g["text"]) for g in self._generate(texts, 0.0)]
+        return [parse_validator(g["text"]) for g in self._generate(texts, 0.0, prefix=VALIDATOR_PREFIX)]
 
     def correct(self, requests: list[dict], attempts: int, temperature: float, seeds: list[int]) -> list[list[dict]]:
         """requests: {"history", "step", "tools", "verdict", "language"} -> per request a list
@@ -174,4 +182,4 @@ class RoleActor:
         texts = [load_prompt("verifier", r["language"]).format(
             history=history_text(r["history"]), step=r["step"], diagnosis=r["verdict"].get("diagnosis", ""),
             corrected=r["corrected"]) for r in requests]
-        return [parse_verifier(g["text"]) for g in self._generate(texts, 0.0)]
+        return [parse_verifier(g["text"]) for g in self._generate(texts, 0.0, prefix=VERIFIER_PREFIX)]

@@ -13,14 +13,22 @@ ARGS=("$@")
 # Build the cached model folder once, outside the job, so the job's log shows training.
 python -c "from policies.models import load_model; load_model('smollm2-135m-instruct')" 2>/dev/null
 PORT="${RTI_RAY_PORT:-6390}"; DASH="${RTI_RAY_DASHBOARD_PORT:-8265}"
-ray stop --force >/dev/null 2>&1 || true
+# A head of our own, under its own temp dir, so that stopping it touches no other Ray
+# cluster on this machine (`ray stop` would stop them all). Short path: AF_UNIX <= 107 bytes.
+RAY_TMP=$(mktemp -d /tmp/rtimain.XXXXXX)
+stop_head() {
+    pkill -TERM -f "$RAY_TMP" 2>/dev/null || true
+    sleep 3
+    pkill -KILL -f "$RAY_TMP" 2>/dev/null || true
+    rm -rf "$RAY_TMP"
+}
 # Ray >= 2.59 enables token authentication on local clusters: use one token for the head
 # and for the job client (created in ~/.ray/auth_token if missing).
 export RAY_AUTH_MODE=token
 ray get-auth-token --generate >/dev/null
 ray start --head --port="$PORT" --dashboard-host=127.0.0.1 --dashboard-port="$DASH" --num-cpus="$(nproc)" \
-    --disable-usage-stats >/dev/null
-trap 'ray stop --force >/dev/null 2>&1 || true' EXIT
+    --disable-usage-stats --temp-dir="$RAY_TMP" >/dev/null
+trap stop_head EXIT
 # the head's job agent registers a few seconds after `ray start`
 for _ in $(seq 30); do RAY_ADDRESS="http://127.0.0.1:$DASH" ray job list >/dev/null 2>&1 && break; sleep 2; done
 start=$(date +%s)
