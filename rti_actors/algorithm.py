@@ -203,7 +203,7 @@ class Algorithm:
             handle = ray.remote(EngineActor).options(num_cpus=0, num_gpus=r["num_gpus_per_engine"],
                                                      runtime_env=threads_env(r["num_threads_per_engine"])).remote(
                 p["engine"], role_path, {"dtype": dtype, "max_model_len": p["max_model_len"]})
-            self.engines_extra = [handle]
+            self.engines_extra.append(handle)
             provider, same_tokenizer = EnginePool([handle]), role_path == self.model_path
         ft = c["fault_tolerance"]
         role_cls = ray.remote(RoleActor).options(num_cpus=0, max_restarts=ft["max_restarts"],
