@@ -36,6 +36,8 @@ def _stop_cluster(temp_dir: str) -> None:
     _, alive = psutil.wait_procs(procs, timeout=20)
     for p in alive:
         p.kill()
+    import shutil
+    shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def test_ray_job_submit_hard20_main_job(tiny_model_path, tmp_path):
