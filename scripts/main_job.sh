@@ -26,7 +26,10 @@ stop_head() {
 # and for the job client (created in ~/.ray/auth_token if missing).
 export RAY_AUTH_MODE=token
 ray get-auth-token --generate >/dev/null
+# free ports for the dashboard agent too: another Ray on this machine holds the default 52365
+read -r AGENT AGENT_GRPC < <(python -c "import socket; s=[socket.socket() for _ in range(2)]; [x.bind(('127.0.0.1', 0)) for x in s]; print(*[x.getsockname()[1] for x in s])")
 ray start --head --port="$PORT" --dashboard-host=127.0.0.1 --dashboard-port="$DASH" --num-cpus="$(nproc)" \
+    --dashboard-agent-listen-port="$AGENT" --dashboard-agent-grpc-port="$AGENT_GRPC" \
     --disable-usage-stats --temp-dir="$RAY_TMP" >/dev/null
 trap stop_head EXIT
 # the head's job agent registers a few seconds after `ray start`

@@ -19,6 +19,18 @@ def _ray(args, env, **kw):
     return subprocess.run([ray_bin, *args], env=env, capture_output=True, text=True, **kw)
 
 
+def _free_ports(n: int) -> list[int]:
+    import socket
+
+    socks = [socket.socket() for _ in range(n)]
+    for sock in socks:
+        sock.bind(("127.0.0.1", 0))
+    ports = [sock.getsockname()[1] for sock in socks]
+    for sock in socks:
+        sock.close()
+    return ports
+
+
 def _stop_cluster(temp_dir: str) -> None:
     """Kill exactly the processes of the cluster started under ``temp_dir`` (``ray stop``
     would also kill the session cluster the other integration tests share)."""
@@ -46,11 +58,15 @@ def test_ray_job_submit_hard20_main_job(tiny_model_path, tmp_path):
     assert _ray(["get-auth-token", "--generate"], env).returncode == 0
     # its own temp dir, so that stopping it cannot touch the session cluster of the other tests
     temp_dir = Path(tempfile.mkdtemp(prefix="rtijob", dir="/tmp"))  # short: AF_UNIX paths are <= 107 bytes
-    start = _ray(["start", "--head", "--port=6391", "--dashboard-host=127.0.0.1", "--dashboard-port=8266",
+    # free ports for everything that has a fixed default: the session cluster of the other
+    # tests already holds the defaults (its dashboard agent sits on 52365)
+    gcs, dash, agent, agent_grpc = _free_ports(4)
+    start = _ray(["start", "--head", f"--port={gcs}", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}",
+                  f"--dashboard-agent-listen-port={agent}", f"--dashboard-agent-grpc-port={agent_grpc}",
                   "--num-cpus=4", "--disable-usage-stats", f"--temp-dir={temp_dir}"], env, timeout=120)
     assert start.returncode == 0, start.stderr
     try:
-        env["RAY_ADDRESS"] = "http://127.0.0.1:8266"
+        env["RAY_ADDRESS"] = f"http://127.0.0.1:{dash}"
         runtime_env = ('{"excludes": [".venv", ".cache", "runs", ".git"], "env_vars": {"RTI_CACHE_DIR": "%s"}}'
                        % (REPO / ".cache"))
         for _ in range(12):  # the head's job agent registers a few seconds after `ray start`
