@@ -10,7 +10,8 @@ arguments, a Python callable) and implement four small hooks:
     reward_evidence()        -> privileged material for the RTI Validator (never observed)
 
 and optionally ``on_text_reply(content)`` for environments in which a plain-text assistant
-turn does not end the episode (e.g. a simulated user answers it).
+turn does not end the episode (e.g. a simulated user answers it), and ``oracle_agent()``
+for environments with a scripted solver (its episodes are demonstrations for a warm start).
 
 Messages are OpenAI-style dicts: ``{"role": "system"|"user"|"assistant"|"tool",
 "content": str}``; tool results carry ``"name"`` and ``"tool_call_id"``. The tool schemas
@@ -148,6 +149,13 @@ class ToolEnv(gym.Env):
         """Extra messages after a turn's tool results (e.g. state syncs). Default: none."""
         return []
 
+    def oracle_agent(self):
+        """A scripted solver of the current task (call after ``reset``): an object whose
+        ``act(observation) -> str`` returns the next assistant turn, in the text syntax a
+        model writes, given the messages ``reset``/``step`` just returned."""
+        raise NotImplementedError(f"{type(self).__name__} has no scripted oracle; record demonstrations "
+                                  "from another source (a stronger model, successful rollouts)")
+
     # ---- gymnasium API --------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
@@ -282,3 +290,16 @@ class ToolEnv(gym.Env):
             return self._tool_message(name, f"Error: {name} failed: {type(e).__name__}: {e}")
         text = out if isinstance(out, str) else json.dumps(out, ensure_ascii=False, default=str)
         return self._tool_message(name, truncate_text(text, self.config["max_tool_output_chars"]))
+
+
+def play(env, agent, task_id: str) -> tuple[float, dict]:
+    """Play one episode of ``task_id`` with ``agent`` (``act(observation) -> str``, or a
+    callable returning one from the env after ``reset``, e.g. ``lambda env: env.oracle_agent()``).
+    Returns (reward, final info); the env keeps the messages (``env.unwrapped.messages``)."""
+    observation, info = env.reset(options={"task_id": task_id})
+    if not hasattr(agent, "act"):
+        agent = agent(env.unwrapped)
+    while True:
+        observation, reward, terminated, truncated, info = env.step(agent.act(observation))
+        if terminated or truncated:
+            return float(reward), info

@@ -111,9 +111,14 @@ def run(algo, a):
         rti = (f"  rti: triggered {m['rti/triggered_groups']}/{m['num_groups']} accepted {m['rti/accepted']} "
                f"rescued {m['rti/continuation_success']}" if "rti/accepted" in m else "")
         print(f"iter {m['iteration']:3d}  reward {m['reward_mean']:.3f}  success {m['success_rate']:.3f}  "
-              f"all-fail groups {m['frac_all_fail_groups']:.2f}  loss {m['learner'].get('loss', float('nan')):+.4f}  "
+              f"all-fail groups {m['frac_all_fail_groups']:.2f}  {_loss(m)}  "
               f"{sum(m['seconds'].values()):.0f}s{rti}", flush=True)
     return base, algo.evaluate(method=a.algorithm.upper())
+
+
+def _loss(m) -> str:
+    learn = m["learner"]
+    return "no update (all groups zero-variance)" if learn.get("skipped") else f"loss {learn['loss']:+.4f}"
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ import ray
 from envs.registry import get_creator
 from policies.models import load_model
 from rti_actors.config import ConfigError, RTIConfig
+from rti_actors.demonstrations import from_trajectory, read_jsonl, to_sample, write_jsonl
 from rti_actors.engine_actor import EngineActor, EnginePool
 from rti_actors.engine_chat import resolve_env_config
 from rti_actors.env_runner import EnvRunner
@@ -56,7 +57,7 @@ class Algorithm:
             self.model_path = load_model(c["policy"]["model"])
         except (ValueError, RuntimeError) as e:
             raise ConfigError(f"policy(model={c['policy']['model']!r}): {e}") from None
-        self._check_chat_template()
+        self.renderer = self._make_renderer()
         self._check_memory()
         self.iteration = 0
         self.version = 0
@@ -146,8 +147,11 @@ class Algorithm:
         self.reporter.log("train", self.iteration, metrics)
         return metrics
 
-    def evaluate(self, split: str | None = None, num_tasks: int | None = None, method: str | None = None) -> dict:
-        """n rollouts per task, no learning, no intervention; Pass@k / Pass^k summary."""
+    def evaluate(self, split: str | None = None, num_tasks: int | None = None, method: str | None = None,
+                 record_path: str | os.PathLike | None = None) -> dict:
+        """n rollouts per task, no learning, no intervention; Pass@k / Pass^k summary.
+        ``record_path``: append every rollout to this JSONL as demonstration records (with
+        their rewards; ``pretrain_sft`` keeps those at or above ``sft(min_reward=...)``)."""
         e = self.config["evaluation"]
         split = split or e["split"]
         ids = ray.get(self.runners[0].task_ids.remote(split))
@@ -159,6 +163,11 @@ class Algorithm:
         sampling = self._sampling(temperature=e["temperature"])
         t0 = time.perf_counter()
         trajectories = self._sample(specs, sampling)
+        if record_path is not None:
+            env = self.config["environment"]["env"]
+            write_jsonl(record_path, [from_trajectory(t, env if isinstance(env, str) else "custom",
+                                                      source=f"policy-v{self.version}") for t in trajectories],
+                        append=True)
         successes: dict[str, list[bool]] = {}
         for tr in trajectories:
             successes.setdefault(tr["task_id"], []).append(tr["reward"] >= 1.0)
@@ -171,14 +180,50 @@ class Algorithm:
         self.reporter.log("eval", self.iteration, {k: v for k, v in summary.items() if k != "table"})
         return summary
 
+    def pretrain_sft(self, demonstrations) -> dict:
+        """Supervised warm start: cross-entropy on the assistant tokens of demonstrations (a
+        JSONL path or a list of records, see ``rti_actors.demonstrations``), through the
+        same renderer, learner and checkpoints as RL; then the engines get the new weights.
+        Settings: ``.sft(lr, epochs, batch_size, min_reward, reset_optimizer)``."""
+        s, max_len = self.config["sft"], self.config["policy"]["max_model_len"]
+        t0 = time.perf_counter()
+        if isinstance(demonstrations, (str, os.PathLike)):
+            records = read_jsonl(demonstrations, s["min_reward"])
+        else:
+            records = [r for r in demonstrations if s["min_reward"] is None or float(r.get("reward", 0)) >= s["min_reward"]]
+        samples = [to_sample(self.renderer, r) for r in records]
+        too_long = sum(len(x["ids"]) > max_len for x in samples)
+        samples = [{k: v for k, v in x.items() if k != "messages"} for x in samples if len(x["ids"]) <= max_len]
+        if not samples:
+            raise ValueError(f"no demonstration to train on: {len(records)} passed min_reward={s['min_reward']}, "
+                             f"{too_long} of them longer than max_model_len={max_len}")
+        losses, tokens = [], 0
+        bar = _progress(s["epochs"] * len(samples), self.interactive, "sft")
+        for epoch in range(s["epochs"]):
+            order = self.rng.permutation(len(samples))
+            for i in range(0, len(order), s["batch_size"]):
+                batch = [samples[j] for j in order[i:i + s["batch_size"]]]
+                m = ray.get(self.learner.update.remote(batch, "sft", s["lr"]))
+                m["epoch"] = epoch
+                self.reporter.log("sft", m["step"], m)
+                losses.append(m["loss"])
+                tokens += m["num_tokens"]
+                bar.update(len(batch))
+        bar.close()
+        if s["reset_optimizer"]:
+            ray.get(self.learner.reset_optimizer_state.remote())
+        self._publish()
+        return {"num_demonstrations": len(samples), "skipped_too_long": too_long, "epochs": s["epochs"],
+                "steps": len(losses), "loss_first": losses[0], "loss_last": losses[-1],
+                "loss_last_epoch": float(np.mean(losses[-max(1, len(losses) // s["epochs"]):])),
+                "trained_tokens": int(tokens), "seconds": time.perf_counter() - t0, "policy_version": self.version}
+
     # ---- intervention -----------------------------------------------------------------------
     def _build_intervention(self):
-        from transformers import AutoTokenizer
-
-        from policies.chat import ChatRenderer
         from rti_actors.gate import PPLGate
         from rti_actors.intervention import Intervention
-        from rti_actors.roles import EndpointClient, RoleActor
+        from envs.openai_client import OpenAIChatClient
+        from rti_actors.roles import RoleActor
 
         c = self.config
         iv, p, r = c["interventions"], c["policy"], c["env_runners"]
@@ -188,11 +233,12 @@ class Algorithm:
             from rti_actors.rules_roles import NavigationRules
             rules = NavigationRules()
         elif roles.startswith(("http://", "https://")):
-            provider = EndpointClient(roles, iv["endpoint_model"], os.environ.get(iv["endpoint_api_key_env"]))
+            provider = OpenAIChatClient(roles, iv["endpoint_model"], api_key_env=iv["endpoint_api_key_env"],
+                                        timeout=60.0, purpose="role endpoint")
             try:
                 provider.check()
             except ValueError as e:
-                raise ConfigError(str(e)) from None
+                raise ConfigError(f"interventions(roles={roles!r}): {e}; start it or use roles='self'") from None
             role_path, same_tokenizer = None, False
         elif roles != "self":
             try:
@@ -212,9 +258,8 @@ class Algorithm:
                                             iv["max_role_tokens"], same_tokenizer) for _ in range(iv["num_role_actors"])]
         self.gate = ray.remote(PPLGate).options(num_cpus=0, max_restarts=ft["max_restarts"]).remote(
             self.pool, p["temperature"], iv["gate_max_batch"], iv["gate_max_wait_ms"] / 1000)
-        renderer = ChatRenderer(AutoTokenizer.from_pretrained(self.model_path), p["fallback_chat_template"])
         return Intervention(iv, roles=self.role_actors, rules=rules, gate=self.gate, runners=self.runners,
-                            renderer=renderer, sampling=self._sampling(), seed=c["debugging"]["seed"])
+                            renderer=self.renderer, sampling=self._sampling(), seed=c["debugging"]["seed"])
 
     def _intervene(self, groups):
         failed = sorted({g[0]["task_id"] for g in groups if max(t["reward"] for t in g) <= 0})
@@ -301,12 +346,13 @@ class Algorithm:
         weights = ray.put(ray.get(self.learner.get_weights.remote()))
         ray.get([e.update_weights.remote(weights, self.version) for e in self.engines])
 
-    def _check_chat_template(self) -> None:
+    def _make_renderer(self):
         from transformers import AutoTokenizer
 
         from policies.chat import ChatRenderer, ChatTemplateError
         try:
-            ChatRenderer(AutoTokenizer.from_pretrained(self.model_path), self.config["policy"]["fallback_chat_template"])
+            return ChatRenderer(AutoTokenizer.from_pretrained(self.model_path),
+                                self.config["policy"]["fallback_chat_template"])
         except ChatTemplateError as e:
             raise ConfigError(f"policy(model={self.config['policy']['model']!r}): {e}") from None
 

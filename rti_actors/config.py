@@ -49,6 +49,8 @@ DEFAULTS: dict[str, dict] = {
         "endpoint_model": "default",
         "endpoint_api_key_env": "RTI_ROLE_API_KEY",
     },
+    # supervised warm start on demonstrations (Algorithm.pretrain_sft), through the same learner
+    "sft": {"lr": 1e-5, "epochs": 2, "batch_size": 8, "min_reward": 1.0, "reset_optimizer": True},
     "evaluation": {"num_samples": 4, "split": "test", "num_tasks": None, "temperature": None},
     "fault_tolerance": {"max_restarts": 2, "max_task_retries": 2},
     "reporting": {"run_dir": "runs", "run_name": None, "tensorboard": True, "progress_bar": None, "plot": True},
@@ -96,6 +98,12 @@ class RTIConfig:
     def interventions(self, **kwargs) -> "RTIConfig":
         """RTI settings (used when ``training(algorithm="rti")``); see RTI_SPEC.md."""
         return self._set("interventions", **kwargs)
+
+    def sft(self, **kwargs) -> "RTIConfig":
+        """Warm-start settings for ``Algorithm.pretrain_sft``: lr (its own, usually well above
+        RL's), epochs, batch_size (demonstrations per optimiser step), min_reward (records
+        below it are skipped), reset_optimizer (RL then starts with fresh Adam moments)."""
+        return self._set("sft", **kwargs)
 
     def evaluation(self, **kwargs) -> "RTIConfig":
         return self._set("evaluation", **kwargs)
@@ -184,6 +192,12 @@ class RTIConfig:
         if lr["zero_stage"] not in (0, 1, 2, 3):
             problems.append(f"zero_stage={lr['zero_stage']} must be 0, 1, 2 or 3")
         problems += _intervention_problems(c["interventions"], env)
+        sft = c["sft"]
+        if not sft["lr"] > 0:
+            problems.append(f"sft(lr={sft['lr']}) must be > 0")
+        for key in ("epochs", "batch_size"):
+            if not isinstance(sft[key], int) or sft[key] < 1:
+                problems.append(f"sft({key}={sft[key]}) must be an integer >= 1")
         e = c["evaluation"]
         if e["num_samples"] < 1:
             problems.append("evaluation num_samples must be >= 1")

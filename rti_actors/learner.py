@@ -24,7 +24,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rti_actors.losses import GSPO_CLIP_EPS, add_stats, finish_stats, grpo_loss, gspo_loss, masked_token_logprobs
+from rti_actors.losses import (GSPO_CLIP_EPS, add_stats, finish_stats, grpo_loss, gspo_loss, masked_token_logprobs,
+                               sft_loss)
 
 DEFAULTS = {
     "algorithm": "grpo",            # "grpo" | "gspo" | "rti" (rti trains with the grpo loss)
@@ -47,6 +48,7 @@ DEFAULTS = {
     "master_port": None,            # None: a free port (world_size 1 only)
 }
 ALGORITHMS = ("grpo", "gspo", "rti")
+OBJECTIVES = ALGORITHMS + ("sft",)  # per update: "sft" trains on demonstrations (cross-entropy)
 SAMPLE_KEYS = ("ids", "loss_mask", "behaviour_logprobs", "token_weight", "advantage")
 # fp16 is left out on purpose: it needs loss scaling, which the torch loop does not do.
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -266,26 +268,32 @@ class Learner:
         return {k: v.to(self.device) for k, v in
                 {"ids": ids, "mask": mask, "blp": blp, "tw": tw, "adv": adv}.items()}
 
-    def _forward_logprobs(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def _forward_logprobs(self, ids: torch.Tensor, mask: torch.Tensor, temperature: float) -> torch.Tensor:
         # Right padding with a causal mask: real tokens never attend to the pads after them,
         # so no attention mask is needed (and SDPA keeps its fast causal path). The decoder
         # runs on every token; the vocabulary projection only where there is a loss.
         autocast = self.engine is None and self.config["dtype"] != "float32"
         with torch.autocast(self.device.type, dtype=_DTYPES[self.config["dtype"]], enabled=autocast):
             hidden = self.module.get_decoder()(input_ids=ids, use_cache=False).last_hidden_state
-            return masked_token_logprobs(hidden, self.module.get_output_embeddings(), ids, mask,
-                                         self.config["temperature"])
+            return masked_token_logprobs(hidden, self.module.get_output_embeddings(), ids, mask, temperature)
 
-    def _loss(self, batch: dict, normaliser: float):
-        logp = self._forward_logprobs(batch["ids"], batch["mask"])
-        if self.config["algorithm"] == "gspo":
+    def _loss(self, batch: dict, normaliser: float, objective: str):
+        if objective == "sft":  # the model's own distribution: temperature 1
+            return sft_loss(self._forward_logprobs(batch["ids"], batch["mask"], 1.0), batch["tw"], batch["mask"],
+                            num_tokens=normaliser)
+        logp = self._forward_logprobs(batch["ids"], batch["mask"], self.config["temperature"])
+        if objective == "gspo":
             return gspo_loss(logp, batch["blp"], batch["adv"], batch["tw"], batch["mask"],
                              clip_eps=self.config["gspo_clip_eps"], num_sequences=normaliser)
         return grpo_loss(logp, batch["blp"], batch["adv"], batch["tw"], batch["mask"],
                          clip_eps=self.config["clip_eps"], num_tokens=normaliser)
 
-    def update(self, samples: list[dict]) -> dict:
+    def update(self, samples: list[dict], objective: str | None = None, lr: float | None = None) -> dict:
         """One optimiser step on ``samples`` (this rank's shard); returns metrics.
+
+        ``objective``: the config's algorithm by default, or "sft" (cross-entropy on the
+        loss-mask tokens; advantages and behaviour log-probs are ignored). ``lr``: this
+        step's learning rate instead of the configured one (the warm start uses its own).
 
         Metrics (global over ranks): loss, clip_frac, ratio_mean, approx_kl, grad_norm (before
         clipping), num_tokens (loss tokens), num_samples, num_micro_batches (this rank), step,
@@ -294,12 +302,15 @@ class Learner:
         t0 = time.perf_counter()
         check_samples(samples)
         c = self.config
+        objective = objective or c["algorithm"]
+        if objective not in OBJECTIVES:
+            raise ValueError(f"unknown objective {objective!r}; choose one of {OBJECTIVES}")
         groups = micro_batches([len(s["ids"]) for s in samples], c["micro_batch_tokens"])
         tokens = sum(sum(1 for m in s["loss_mask"] if m) for s in samples)
         seqs = sum(1 for s in samples if any(s["loss_mask"]))
         tokens, seqs = self._all_reduce([float(tokens), float(seqs)])
         (n_micro,) = self._all_reduce([float(len(groups))], op="max")
-        normaliser = seqs if c["algorithm"] == "gspo" else tokens
+        normaliser = seqs if objective == "gspo" else tokens
         if tokens == 0:
             # Nothing to learn from; an Adam step on zero gradients would still move the
             # weights (momentum, weight decay), so no step is taken. Same on every rank.
@@ -318,12 +329,12 @@ class Learner:
             if self.engine is not None:
                 self.engine.set_gradient_accumulation_boundary(last)
             if k < len(groups):
-                loss, stats = self._loss(self._tensors([samples[i] for i in groups[k]]), normaliser)
+                loss, stats = self._loss(self._tensors([samples[i] for i in groups[k]]), normaliser, objective)
                 add_stats(totals, stats)
             else:
                 # This rank ran out of micro-batches: a zero-loss pass keeps the collective
                 # gathers/reductions of ZeRO in step with the other ranks.
-                loss, _ = self._loss(self._tensors([samples[0]]), normaliser)
+                loss, _ = self._loss(self._tensors([samples[0]]), normaliser, objective)
                 loss = loss * 0.0
             loss_sum += float(loss.detach())
             if self.engine is not None:
@@ -331,7 +342,7 @@ class Learner:
             else:
                 (loss * scale).backward()
 
-        grad_norm = self._optimizer_step()
+        grad_norm = self._optimizer_step(lr)
         self.step += 1
         keys = ("loss_tokens", "clipped", "clip_units", "ratio_sum", "kl_sum")
         loss_sum, processed, n_samples, *summed = self._all_reduce(
@@ -340,10 +351,27 @@ class Learner:
         seconds = time.perf_counter() - t0
         return {"loss": loss_sum, **finish_stats(dict(zip(keys, summed))), "grad_norm": grad_norm,
                 "num_tokens": int(tokens), "num_samples": int(n_samples), "num_micro_batches": len(groups),
-                "step": self.step, "lr": float(self.optimizer.param_groups[0]["lr"]),
+                "step": self.step, "lr": float(lr if lr is not None else self.optimizer.param_groups[0]["lr"]),
                 "seconds": seconds, "tokens_per_s": processed / seconds, "skipped": False}
 
-    def _optimizer_step(self) -> float:
+    def _optimizer_step(self, lr: float | None = None) -> float:
+        c = self.config
+        if lr is not None:
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
+        try:
+            return self._step_once()
+        finally:
+            for group in self.optimizer.param_groups:
+                group["lr"] = c["lr"]
+
+    def reset_optimizer_state(self) -> None:
+        """Forget the optimiser's moments (Adam's exp_avg / exp_avg_sq and step counts), so
+        that RL after a warm start begins as a fresh run on the warm-started weights."""
+        inner = getattr(self.optimizer, "optimizer", self.optimizer)  # DeepSpeed wraps the client AdamW
+        inner.state.clear()
+
+    def _step_once(self) -> float:
         c = self.config
         if self.engine is None:
             norm = torch.nn.utils.clip_grad_norm_(self.module.parameters(), c["grad_clip"] if c["grad_clip"] > 0

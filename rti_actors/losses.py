@@ -1,4 +1,4 @@
-"""Policy-gradient losses of the learner: token log-probs, GRPO (PPO-clip) and GSPO.
+"""Losses of the learner: token log-probs, GRPO (PPO-clip), GSPO, and SFT (warm start).
 
 Pure torch. Every tensor is ``[batch, length]`` and aligned with the token ids: position
 ``t`` holds the quantity for token ``t``, predicted from position ``t - 1`` (position 0 never
@@ -124,6 +124,20 @@ def gspo_loss(logp: torch.Tensor, behaviour_logp: torch.Tensor, advantages: torc
                  "clip_units": float(has_loss.sum()),
                  "ratio_sum": float(seq_ratio[has_loss].sum()),
                  "kl_sum": float((-log_ratio)[mask].sum())}
+    return loss, stats
+
+
+def sft_loss(logp: torch.Tensor, token_weight: torch.Tensor, mask: torch.Tensor,
+             num_tokens: float | None = None) -> tuple[torch.Tensor, dict]:
+    """Token-level cross-entropy on the loss-mask tokens (the assistant's), token-mean over
+    the (global) batch: -sum(token_weight_t * logp_t) / ``num_tokens``. ``logp`` must be at
+    temperature 1. Tokens outside the mask contribute nothing, whatever their log-prob."""
+    mask = mask.bool()
+    n = float(mask.sum()) if num_tokens is None else float(num_tokens)
+    nll = torch.where(mask, -logp * token_weight.to(logp.dtype), torch.zeros_like(logp))
+    loss = nll.sum() / max(n, 1.0)
+    with torch.no_grad():
+        stats = {"loss_tokens": float(mask.sum()), "nll_sum": float(torch.where(mask, -logp, torch.zeros_like(logp)).sum())}
     return loss, stats
 
 

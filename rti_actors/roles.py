@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import json
 import re
-import urllib.error
-import urllib.request
 from pathlib import Path
 
+from envs.openai_client import OpenAIChatClient
 from rti_actors.verdicts import parse_validator, parse_verifier
 
 PROMPTS = Path(__file__).with_name("prompts")
@@ -61,42 +60,10 @@ def tools_text(tools: list[dict]) -> str:
     return "\n".join(json.dumps(t.get("function", t), ensure_ascii=False) for t in tools or [])
 
 
-class EndpointClient:
-    """Minimal OpenAI-compatible chat client (stdlib only). The API key is never logged."""
-
-    def __init__(self, url: str, model: str = "default", api_key: str | None = None, timeout: float = 60.0):
-        self.url = url.rstrip("/") + ("" if url.rstrip("/").endswith("/chat/completions") else "/chat/completions")
-        self.model, self._key, self.timeout = model, api_key, timeout
-
-    def __repr__(self) -> str:
-        return f"EndpointClient(url={self.url!r}, model={self.model!r})"
-
-    def chat(self, prompt: str, temperature: float, max_tokens: int) -> str:
-        body = json.dumps({"model": self.model, "messages": [{"role": "user", "content": prompt}],
-                           "temperature": temperature, "max_tokens": max_tokens}).encode()
-        headers = {"Content-Type": "application/json"}
-        if self._key:
-            headers["Authorization"] = f"Bearer {self._key}"
-        req = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
-        with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-            data = json.loads(resp.read().decode())
-        return data["choices"][0]["message"]["content"]
-
-    def check(self) -> None:
-        """Fail fast (at build) when the endpoint cannot be reached."""
-        base = self.url.rsplit("/chat/completions", 1)[0]
-        try:
-            urllib.request.urlopen(base + "/models", timeout=min(self.timeout, 10)).close()
-        except urllib.error.HTTPError:
-            return  # reachable; some servers do not list models
-        except (urllib.error.URLError, OSError) as e:
-            raise ValueError(f"role endpoint {base} is unreachable ({e}); start it or use roles='self'") from None
-
-
 class RoleActor:
     """One actor class plays any role; the driver keeps a few of them and spreads calls.
 
-    ``provider`` is an ``EnginePool`` (self / local model) or an ``EndpointClient``.
+    ``provider`` is an ``EnginePool`` (self / local model) or an ``OpenAIChatClient``.
     ``tokenizer_path`` is the provider model's tokenizer (for pools); ``policy_tokenizer_path``
     tokenises a Corrector's text when it came from another model (endpoint)."""
 
@@ -105,7 +72,7 @@ class RoleActor:
         from transformers import AutoTokenizer
 
         self.provider = provider
-        self.is_pool = not isinstance(provider, EndpointClient)
+        self.is_pool = not isinstance(provider, OpenAIChatClient)
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_path) if self.is_pool else None
         self.policy_tokenizer = AutoTokenizer.from_pretrained(policy_tokenizer_path)
         self.max_model_len = max_model_len

@@ -18,8 +18,8 @@ judge (``judge``); prompts (``wording``); scripted agents (``agents``); the env 
 from envs.hard20.agents import run_script
 from envs.hard20.env import Hard20Env
 from envs.hard20.grading import PASS_THRESHOLD, claw_score, grade
-from envs.hard20.judge import EndpointClient, RubricJudge
+from envs.hard20.judge import RubricJudge
 from envs.hard20.suite import FAMILIES, NUM_VARIANTS, SUMMARIES, build_spec, split_ids
 
-__all__ = ["Hard20Env", "run_script", "grade", "claw_score", "PASS_THRESHOLD", "RubricJudge", "EndpointClient",
+__all__ = ["Hard20Env", "run_script", "grade", "claw_score", "PASS_THRESHOLD", "RubricJudge",
            "FAMILIES", "NUM_VARIANTS", "SUMMARIES", "build_spec", "split_ids"]

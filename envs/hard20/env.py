@@ -102,6 +102,10 @@ class Hard20Env(ToolEnv):
             raise RuntimeError("call reset() before reward_evidence()")
         return self.task.data["spec"].evidence()
 
+    def oracle_agent(self):
+        from envs.hard20.agents import ScriptAgent
+        return ScriptAgent(self.task.data["spec"], "oracle")
+
     def _run_tool(self, call: dict) -> dict:
         before = len(self.backend.audit)
         result = super()._run_tool(call)

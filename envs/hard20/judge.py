@@ -2,8 +2,8 @@
 
 ``RubricJudge(judge_fn, label)`` asks ``judge_fn(prompt) -> str`` one question per rubric
 item and reads a JSON verdict. The actor graph wires ``judge_fn`` to an engine actor (a
-local model folder, or the policy's own engine); ``EndpointClient`` reaches any
-OpenAI-compatible ``/chat/completions`` server with the standard library only.
+local model folder, or the policy's own engine); ``envs.openai_client.OpenAIChatClient``
+reaches any OpenAI-compatible ``/chat/completions`` server with the standard library only.
 
 Without a judge (``judge_fn=None``, the default) every rubric item is scored by its
 deterministic fallback (keyword and state tests written with the item), and the label says
@@ -20,14 +20,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import urllib.error
-import urllib.request
 from collections import OrderedDict
 from typing import Callable
 
 from envs.hard20.kit import Outcome, Spec
+from envs.openai_client import OpenAIChatClient
 
 PROMPT = """You are grading an AI assistant that worked on an office task with tools.
 
@@ -111,40 +109,6 @@ class RubricJudge:
         return verdict
 
 
-class EndpointClient:
-    """``judge_fn`` for an OpenAI-compatible endpoint. The API key comes from ``api_key``
-    or the environment variable ``api_key_env``; it is never shown in ``repr``."""
-
-    def __init__(self, base_url: str = "", model: str = "", api_key: str | None = None, api_key_env: str = "OPENAI_API_KEY",
-                 timeout: float = 120.0, max_tokens: int = 64):
-        if not base_url or not model:
-            raise ValueError("judge_endpoint needs base_url (e.g. http://localhost:8000/v1) and model")
-        self.url = base_url.rstrip("/") + "/chat/completions"
-        self.model, self.timeout, self.max_tokens = model, timeout, max_tokens
-        self._api_key = api_key or os.environ.get(api_key_env) or None
-
-    def __repr__(self) -> str:
-        return f"EndpointClient(url={self.url!r}, model={self.model!r})"
-
-    def __call__(self, prompt: str) -> str:
-        body = {"model": self.model, "messages": [{"role": "user", "content": prompt}], "temperature": 0.0,
-                "max_tokens": self.max_tokens}
-        headers = {"Content-Type": "application/json"}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        request = urllib.request.Request(self.url, data=json.dumps(body).encode(), headers=headers, method="POST")
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                payload = json.loads(response.read().decode())
-        except urllib.error.HTTPError as e:
-            raise RuntimeError(f"judge endpoint {self.url} answered HTTP {e.code}") from None
-        except urllib.error.URLError as e:
-            raise RuntimeError(f"judge endpoint {self.url} unreachable: {e.reason}") from None
-        except OSError as e:  # e.g. a read timeout, which urllib does not wrap
-            raise RuntimeError(f"judge endpoint {self.url} failed: {type(e).__name__}: {e}") from None
-        return payload["choices"][0]["message"].get("content") or ""
-
-
 JUDGES = ("none", "endpoint", "fn")
 
 
@@ -157,7 +121,7 @@ def make_judge(config: dict) -> RubricJudge:
         return RubricJudge(None)
     if kind == "endpoint":
         endpoint = config.get("judge_endpoint") or {}
-        client = EndpointClient(**endpoint)
+        client = OpenAIChatClient(**{"max_tokens": 64, "purpose": "judge endpoint", **endpoint})
         return RubricJudge(client, f"endpoint:{client.model}")
     if not callable(config.get("judge_fn")):
         raise ValueError("judge='fn' needs env_config['judge_fn'](prompt: str) -> str")

@@ -72,6 +72,7 @@ class OfflineAmap:
             return {"status": "0", "info": e.info, "infocode": e.infocode}
 
     # ---- search -------------------------------------------------------------------------------
+    # (first page only; ``offset`` is the page size, at most the index's PAGE_SIZE)
     def _place_text(self, p: dict) -> dict:
         keywords = p.get("keywords", "").strip()
         if not keywords:
@@ -83,7 +84,7 @@ class OfflineAmap:
                 c = self.world.city(name)
                 cities.append({"name": name, "num": str(num), "citycode": c.citycode, "adcode": c.adcode})
         return {**_OK, "count": str(total), "suggestion": {"keywords": [], "cities": cities},
-                "pois": [poi_json(x) for x in pois]}
+                "pois": [poi_json(x) for x in pois[:_page_size(p)]]}
 
     def _place_around(self, p: dict) -> dict:
         center = parse_lonlat(p.get("location"), "location")
@@ -91,7 +92,7 @@ class OfflineAmap:
         if not 0 <= radius <= 50000:
             raise invalid_params(f"radius {radius} is out of range 0..50000 metres")
         hits, total = self.index.around_search(center, radius, p.get("keywords"), p.get("city"))
-        return {**_OK, "count": str(total), "pois": [poi_json(poi, d) for poi, d in hits]}
+        return {**_OK, "count": str(total), "pois": [poi_json(poi, d) for poi, d in hits[:_page_size(p)]]}
 
     # ---- routes -------------------------------------------------------------------------------
     def _points(self, p: dict, mode: str) -> list[tuple[float, float]]:
@@ -207,3 +208,10 @@ def _int_param(value, name: str) -> int:
         return int(str(value).strip())
     except ValueError:
         raise invalid_params(f"{name} {value!r} is not an integer") from None
+
+
+def _page_size(p: dict) -> int:
+    size = _int_param(p.get("offset", "10"), "offset")
+    if size < 1:
+        raise invalid_params(f"offset {size} must be >= 1")
+    return size

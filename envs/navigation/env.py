@@ -12,6 +12,10 @@ env_config (besides the ``ToolEnv`` defaults: split, max_turns, output truncatio
     amap_timeout_s per-request timeout of the live backend
     tasks_file     optional JSON-lines file of tasks to use instead of the generated ones
                    (format in ``task_file.py``; e.g. annotated real places for live mode)
+    page_size      POIs per search result, 1..10 (default 10)
+    poi_extensions "all" (default) or "base": without type, phone and business fields, as
+                   Amap's parameter of that name; base + page_size 3 cut a search result's
+                   tokens about fivefold, for small models and short contexts
 
 The episode ends when the agent replies without a tool call (or at ``max_turns``); the
 reward is 0/1 (see ``reward.py`` for which ``direction`` call is judged). The generated
@@ -36,7 +40,7 @@ from envs.navigation.amap_offline import OfflineAmap
 from envs.navigation.reward import judge
 from envs.navigation.task_file import FileTasks
 from envs.navigation.tasks import build_benchmark
-from envs.navigation.tools import make_tools
+from envs.navigation.tools import EXTENSIONS, make_tools
 from envs.navigation.wording import DEMONSTRATIONS, LANGUAGES, SYSTEM_PROMPTS, request_text
 
 BACKENDS = ("offline", "live")
@@ -56,6 +60,8 @@ class NavigationEnv(ToolEnv):
         "amap_base_url": DEFAULT_BASE_URL,
         "amap_timeout_s": 10.0,
         "tasks_file": None,
+        "page_size": 10,            # POIs per search result (Amap's offset), 1..10
+        "poi_extensions": "all",    # "base": no type/phone/business fields (for small contexts)
     }
 
     def __init__(self, env_config: dict | None = None, render_mode: str | None = None):
@@ -75,6 +81,10 @@ class NavigationEnv(ToolEnv):
             self.client = LiveAmap(cfg["amap_base_url"], float(cfg["amap_timeout_s"]))
         else:
             self.client = _offline_amap(int(cfg["world_seed"]))
+        if cfg["poi_extensions"] not in EXTENSIONS:
+            raise ValueError(f"unknown poi_extensions {cfg['poi_extensions']!r}; valid values: {list(EXTENSIONS)}")
+        if not isinstance(cfg["page_size"], int) or not 1 <= cfg["page_size"] <= 10:
+            raise ValueError(f"page_size={cfg['page_size']!r} must be an integer in 1..10")
         self.routes: list[dict] = []
 
     # ---- ToolEnv hooks --------------------------------------------------------------------
@@ -86,7 +96,7 @@ class NavigationEnv(ToolEnv):
         self.routes = []
         language = self.config["language"]
         return Task(task_id, SYSTEM_PROMPTS[language], request_text(spec, language),
-                    make_tools(self.client, self.routes.append), {"spec": spec},
+                    make_tools(self.client, self.routes.append, self.config["page_size"], self.config["poi_extensions"]), {"spec": spec},
                     demonstration=DEMONSTRATIONS[language])
 
     def compute_reward(self) -> tuple[float, dict]:
@@ -96,6 +106,15 @@ class NavigationEnv(ToolEnv):
         if self.task is None:
             raise RuntimeError("call reset() before reward_evidence()")
         return self.task.data["spec"].evidence()
+
+    def oracle_agent(self):
+        from envs.navigation.agents import OracleAgent
+        return OracleAgent(self.reward_evidence(), self.config["language"])
+
+    def difficulty(self, task_id: str) -> dict:
+        """How hard a task is: its waypoint count (3..9) and ordering level (0..4)."""
+        spec = self.benchmark.tasks[task_id]
+        return {"waypoints": len(spec.waypoints), "level": spec.level}
 
     def tasks_summary(self) -> dict:
         """Task counts per split, waypoint count and order level."""

@@ -45,7 +45,19 @@ def _checked(raw: dict) -> dict:
     return raw
 
 
-def _poi(p: dict) -> dict:
+EXTENSIONS = ("all", "base")
+
+
+def _poi(p: dict, extensions: str = "all") -> dict:
+    """One POI as the agent sees it. ``extensions="base"`` (as Amap's parameter of that name)
+    leaves out type, phone and business info: a quarter of the tokens, for small contexts."""
+    if extensions == "base":
+        out = {"id": _text(p.get("id")), "name": _text(p.get("name")), "address": _text(p.get("address")),
+               "location": _text(p.get("location")), "cityname": _text(p.get("cityname")),
+               "adname": _text(p.get("adname"))}
+        if "distance" in p:
+            out["distance"] = _text(p.get("distance"))
+        return out
     biz = p.get("biz_ext") if isinstance(p.get("biz_ext"), dict) else {}
     out = {"id": _text(p.get("id")), "name": _text(p.get("name")), "type": _text(p.get("type")),
            "address": _text(p.get("address")), "location": _text(p.get("location")),
@@ -68,8 +80,9 @@ def _optional_str(value, name: str) -> str | None:
 class NavigationTools:
     """Tool callables bound to one client; each turns an AmapError into a ToolError."""
 
-    def __init__(self, client, on_route: Callable[[dict], None]):
+    def __init__(self, client, on_route: Callable[[dict], None], page_size: int = 10, extensions: str = "all"):
         self.client, self.on_route = client, on_route
+        self.page_size, self.extensions = str(page_size), extensions
 
     def _call(self, path: str, params: dict) -> dict:
         return _checked(self.client.request(path, params))
@@ -80,8 +93,9 @@ class NavigationTools:
             raise invalid_params("address must be a non-empty place name")
         region = _optional_str(region, "region")
         raw = self._call("/v3/place/text", {"keywords": address, "city": region,
-                                            "citylimit": "true" if region else None, "offset": "10", "page": "1"})
-        out = {"count": _text(raw.get("count")) or "0", "pois": [_poi(p) for p in raw.get("pois") or []]}
+                                            "citylimit": "true" if region else None, "offset": self.page_size,
+                                            "page": "1"})
+        out = {"count": _text(raw.get("count")) or "0", "pois": [_poi(p, self.extensions) for p in raw.get("pois") or []]}
         cities = (raw.get("suggestion") or {}).get("cities") if isinstance(raw.get("suggestion"), dict) else None
         if cities:
             out["suggestion"] = {"cities": [{"name": _text(c.get("name")), "num": _text(c.get("num"))} for c in cities]}
@@ -97,8 +111,10 @@ class NavigationTools:
             raise invalid_params(f"radius {radius} is out of range 0..50000 metres")
         raw = self._call("/v3/place/around", {"location": location.strip(), "radius": str(radius),
                                               "keywords": _optional_str(keyword, "keyword"),
-                                              "city": _optional_str(region, "region"), "offset": "10", "page": "1"})
-        return _dump({"count": _text(raw.get("count")) or "0", "pois": [_poi(p) for p in raw.get("pois") or []]})
+                                              "city": _optional_str(region, "region"), "offset": self.page_size,
+                                              "page": "1"})
+        return _dump({"count": _text(raw.get("count")) or "0",
+                      "pois": [_poi(p, self.extensions) for p in raw.get("pois") or []]})
 
     def direction(self, origin: str, destination: str, mode: str = "driving", waypoints: str | None = None) -> str:
         if mode not in MODES:
@@ -185,13 +201,14 @@ def _wrap(fn):
 _STR = {"type": "string"}
 
 
-def make_tools(client, on_route: Callable[[dict], None]) -> list[Tool]:
-    t = NavigationTools(client, on_route)
+def make_tools(client, on_route: Callable[[dict], None], page_size: int = 10, extensions: str = "all") -> list[Tool]:
+    t = NavigationTools(client, on_route, page_size, extensions)
+    fields = "city, district and business info" if extensions == "all" else "city and district"
     obj = lambda props, req: {"type": "object", "properties": props, "required": req, "additionalProperties": False}  # noqa: E731
     return [
-        Tool("poi_search", "Search places (POIs) by name or keyword, like Amap keyword search. Returns up to 10 "
-             "candidates with name, address, location \"lon,lat\", city, district and business info. Without a "
-             "region the search is nationwide; give region (a city or district name, or adcode) to restrict it.",
+        Tool("poi_search", f"Search places (POIs) by name or keyword, like Amap keyword search. Returns up to {page_size} "
+             f"candidates with name, address, location \"lon,lat\", {fields}. Without a region the search is "
+             "nationwide; give region (a city or district name, or adcode) to restrict it.",
              obj({"address": {**_STR, "description": "place name or keyword, e.g. 东涌广场"},
                   "region": {**_STR, "description": "optional city or district, e.g. 深圳 or 南山区"}}, ["address"]),
              _wrap(t.poi_search)),

@@ -82,7 +82,8 @@ class Tau2Env(ToolEnv):
                 raise ValueError("env_config['user']='llm' needs env_config['user_chat_fn'](messages) -> str")
             return LLMUser(cfg["user_chat_fn"])
         if user == "endpoint":
-            return LLMUser(OpenAIChatClient(**(cfg.get("user_endpoint") or {})))
+            return LLMUser(OpenAIChatClient(**{"timeout": 300.0, "purpose": "user-simulator endpoint",
+                                               **(cfg.get("user_endpoint") or {})}))
         raise ValueError(f"env_config['user'] must be 'scripted', 'llm', 'endpoint' or a UserSimulator, got {user!r}")
 
     # ---- ToolEnv hooks ------------------------------------------------------------------

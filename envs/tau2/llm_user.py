@@ -15,13 +15,12 @@ This keeps the role-flipped history a plain alternation of user and assistant tu
 from __future__ import annotations
 
 import json
-import os
-import urllib.error
-import urllib.request
 from typing import Callable
 
+from envs.openai_client import OpenAIChatClient  # noqa: F401  (re-exported: the endpoint user)
+
 from envs.tau2.users import UserContext, UserSimulator
-from envs.tool_calls import format_assistant_turn, format_tool_call, parse_tool_calls
+from envs.tool_calls import format_assistant_turn, parse_tool_calls
 
 ChatFn = Callable[[list[dict]], str]
 
@@ -68,56 +67,3 @@ class LLMUser(UserSimulator):
         # Store the turn as the model wrote it (calls re-serialised canonically).
         self.history.append({"role": "assistant", "content": format_assistant_turn(content or "", calls)})
         return {"content": content, "tool_calls": calls}
-
-
-class OpenAIChatClient:
-    """``chat_fn`` for an OpenAI-compatible ``/chat/completions`` endpoint (stdlib only).
-
-    The API key comes from ``api_key`` or the environment variable ``api_key_env``; it is
-    sent as a bearer token and never logged or shown in ``repr``.
-    """
-
-    def __init__(self, base_url: str, model: str, api_key: str | None = None, api_key_env: str = "OPENAI_API_KEY",
-                 temperature: float = 0.0, max_tokens: int | None = None, timeout: float = 300.0,
-                 extra_body: dict | None = None):
-        if not base_url or not model:
-            raise ValueError("OpenAIChatClient needs base_url (e.g. http://localhost:8000/v1) and model")
-        self.url = base_url.rstrip("/") + "/chat/completions"
-        self.model = model
-        self._api_key = api_key or os.environ.get(api_key_env) or None
-        self.temperature = temperature
-        self.max_tokens = max_tokens
-        self.timeout = timeout
-        self.extra_body = dict(extra_body or {})
-
-    def __repr__(self) -> str:
-        return f"OpenAIChatClient(url={self.url!r}, model={self.model!r}, api_key={'***' if self._api_key else None})"
-
-    def __call__(self, messages: list[dict]) -> str:
-        body = {"model": self.model, "messages": messages, "temperature": self.temperature, **self.extra_body}
-        if self.max_tokens is not None:
-            body["max_tokens"] = self.max_tokens
-        headers = {"Content-Type": "application/json"}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        request = urllib.request.Request(self.url, data=json.dumps(body).encode(), headers=headers, method="POST")
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                payload = json.loads(response.read().decode())
-        except urllib.error.HTTPError as e:
-            detail = e.read().decode(errors="replace")[:500]
-            raise RuntimeError(f"user-simulator endpoint {self.url} answered HTTP {e.code}: {detail}") from None
-        except urllib.error.URLError as e:
-            raise RuntimeError(f"user-simulator endpoint {self.url} unreachable: {e.reason}") from None
-        message = payload["choices"][0]["message"]
-        text = message.get("content") or ""
-        # A server that returns native tool calls anyway: write them in the text convention.
-        for call in message.get("tool_calls") or []:
-            fn = call.get("function", {})
-            args = fn.get("arguments") or "{}"
-            try:
-                args = json.loads(args) if isinstance(args, str) else args
-            except json.JSONDecodeError:
-                args = {}
-            text += "\n" + format_tool_call(fn.get("name", ""), args)
-        return text

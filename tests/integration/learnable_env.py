@@ -24,6 +24,14 @@ class FirstLetterEnv(ToolEnv):
     def reward_evidence(self):
         return {"rule": f"reply starts with {self.config['target']!r}", "canary": self.config["canary"]}
 
+    def oracle_agent(self):
+        target = self.config["target"]
+
+        class Reply:
+            def act(self, observation):
+                return target + " fine answer."
+        return Reply()
+
 
 def make_first_letter(cfg):
     return FirstLetterEnv(cfg)

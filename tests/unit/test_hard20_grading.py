@@ -9,7 +9,8 @@ import pytest
 
 from envs.hard20 import Hard20Env, claw_score, run_script
 from envs.hard20.grading import robustness
-from envs.hard20.judge import EndpointClient, RubricJudge, make_judge, parse_verdict
+from envs.hard20.judge import RubricJudge, make_judge, parse_verdict
+from envs.openai_client import OpenAIChatClient
 from envs.hard20.suite import spec_for
 from envs.tool_calls import format_tool_call
 
@@ -223,7 +224,7 @@ def test_endpoint_judge_talks_openai_chat_completions():
         server.shutdown()
         server.server_close()
     with pytest.raises(RuntimeError, match="unreachable"):
-        EndpointClient(base, "judge-m", timeout=2)("hello")
+        OpenAIChatClient(base, "judge-m", timeout=2)("hello")
 
 
 def test_reward_evidence_holds_rubric_rules_and_facts_never_shown_to_the_policy(env):

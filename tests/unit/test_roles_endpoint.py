@@ -7,7 +7,8 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-from rti_actors.roles import EndpointClient, RoleActor
+from envs.openai_client import OpenAIChatClient as EndpointClient
+from rti_actors.roles import RoleActor
 
 MODE = {"value": "good"}
 

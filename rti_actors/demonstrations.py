@@ -1,0 +1,145 @@
+"""Demonstration trajectories for a supervised warm start (SFT before RL).
+
+A demonstration is one JSON object per line:
+
+    {"task_id": "nav-train-0003", "env": "Navigation-v0", "split": "train",
+     "messages": [{"role": "system", ...}, {"role": "user", ...},
+                  {"role": "assistant", "content": "", "tool_calls": [{"name": ..., "arguments": {...}}]},
+                  {"role": "tool", "name": ..., "content": ...}, ..., {"role": "assistant", "content": "..."}],
+     "tools": [<OpenAI function schemas>], "demonstration": [<the env's worked example>],
+     "reward": 1.0, "source": "oracle", "num_context_messages": null}
+
+``messages`` are what the environment recorded; ``tools`` and ``demonstration`` are the
+context the policy's renderer adds to them (``ChatRenderer.begin``), so a demonstration is
+tokenised exactly as a rollout of the same task would be. Records of the library's own
+rollouts keep the messages as the policy saw them (the schemas and worked example already
+inside) and leave ``tools`` and ``demonstration`` empty, with ``num_context_messages``
+saying how many leading messages are context (the worked example holds an assistant turn
+that is not the policy's); records from elsewhere (a stronger model's logs) give plain
+chat messages and their tool schemas. Without ``num_context_messages`` the context is
+everything before the first assistant turn.
+
+Sources: ``record_agent`` plays any scripted agent (``env.oracle_agent()`` by default) on a
+list of tasks; ``from_trajectory`` turns rollouts (``Algorithm.evaluate(record_path=...)``)
+into records; any JSONL in this format from elsewhere. ``to_sample`` makes the learner's
+sample: the assistant turns (and the end-of-turn token that closes each) carry the loss,
+everything else (system, user, tool results, template glue) is context with mask 0.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from envs.base import play
+from envs.registry import make_env
+from envs.tool_calls import format_assistant_turn
+
+FIELDS = ("task_id", "env", "split", "messages", "tools", "demonstration", "reward", "source", "num_context_messages")
+
+
+def record_agent(env_id, env_config: dict | None, task_ids: list[str], agent=None, split: str = "train",
+                 source: str = "oracle") -> list[dict]:
+    """Play ``agent`` (``env -> object with act(observation)``; default: the env's oracle)
+    on each task and return one record per episode, with its reward."""
+    env = make_env(env_id, {**(env_config or {}), "split": split}) if isinstance(env_id, str) else env_id(
+        {**(env_config or {}), "split": split})
+    agent = agent or (lambda e: e.oracle_agent())
+    name = env_id if isinstance(env_id, str) else getattr(env_id, "__name__", "custom")
+    records = []
+    for task_id in task_ids:
+        _, info0 = env.reset(options={"task_id": task_id})
+        reward, _ = play(env, agent, task_id)
+        records.append({"task_id": task_id, "env": name, "split": split, "messages": env.unwrapped.messages,
+                        "tools": info0.get("tools") or [], "demonstration": info0.get("demonstration") or [],
+                        "reward": reward, "source": source, "num_context_messages": None})
+    return records
+
+
+def from_trajectory(trajectory: dict, env: str, source: str = "policy") -> dict:
+    """A rollout of the library (an env runner's trajectory) as a record."""
+    messages = trajectory["messages"]
+    turns = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+    own = len(trajectory.get("actions", turns))  # the policy's turns are the last ones
+    context = turns[len(turns) - own] if own else len(messages)
+    return {"task_id": trajectory["task_id"], "env": env, "split": trajectory.get("split", ""),
+            "messages": messages, "tools": [], "demonstration": [], "reward": float(trajectory["reward"]),
+            "source": source, "num_context_messages": context}
+
+
+def write_jsonl(path: str | Path, records: list[dict], append: bool = False) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a" if append else "w", encoding="utf-8") as f:
+        for r in records:
+            f.write(json.dumps({k: r.get(k) for k in FIELDS}, ensure_ascii=False) + "\n")
+    return path
+
+
+def read_jsonl(path: str | Path, min_reward: float | None = None) -> list[dict]:
+    """Records of a JSONL file; with ``min_reward``, only those that reached it."""
+    records = []
+    with Path(path).open(encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{n}: not a JSON object ({e})") from None
+            check_record(r, f"{path}:{n}")
+            if min_reward is None or float(r.get("reward", 0.0)) >= min_reward:
+                records.append(r)
+    return records
+
+
+def check_record(r: dict, where: str = "record") -> None:
+    messages = r.get("messages") if isinstance(r, dict) else None
+    if not isinstance(messages, list) or not messages:
+        raise ValueError(f"{where}: a demonstration needs a non-empty 'messages' list")
+    for m in messages:
+        if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant", "tool"):
+            raise ValueError(f"{where}: every message needs a role of system/user/assistant/tool, got {m!r:.80}")
+    k = _context_length(r)
+    if not any(m["role"] == "assistant" for m in messages[k:]):
+        raise ValueError(f"{where}: no assistant turn after the context, so nothing to learn from")
+    if k == 0:
+        raise ValueError(f"{where}: the first message is an assistant turn; it needs a prompt before it")
+
+
+def _context_length(r: dict) -> int:
+    k = r.get("num_context_messages")
+    if k is None:
+        return next((i for i, m in enumerate(r["messages"]) if m["role"] == "assistant"), len(r["messages"]))
+    return int(k)
+
+
+def to_sample(renderer, record: dict) -> dict:
+    """Token ids and loss mask of a record, built as an env runner builds a rollout: the
+    opening messages through ``begin`` (schemas, worked example), then per assistant turn
+    the generation prompt (context), the turn's text and end-of-turn token (trained), the
+    template glue (context), and the following messages (context)."""
+    check_record(record)
+    messages = record["messages"]
+    first = _context_length(record)
+    seen, buf = renderer.begin(messages[:first], record.get("tools") or None, record.get("demonstration") or None)
+    i = first
+    while i < len(messages):
+        m = messages[i]
+        if m["role"] == "assistant":
+            buf.append_context(renderer.generation_prompt_ids(seen))
+            ids = renderer.tokenizer.encode(format_assistant_turn(m.get("content") or "", m.get("tool_calls") or []),
+                                            add_special_tokens=False) + [renderer.eos_id]
+            buf.append_generated(ids, [0.0] * len(ids))
+            buf.append_context(renderer.close_assistant_ids(ids))
+            seen.append({k: m[k] for k in ("role", "content", "tool_calls") if k in m})
+            i += 1
+        else:
+            j = i
+            while j < len(messages) and messages[j]["role"] != "assistant":
+                j += 1
+            buf.append_context(renderer.messages_ids(seen, messages[i:j]))
+            seen += messages[i:j]
+            i = j
+    return {"ids": buf.ids, "loss_mask": buf.loss_mask, "behaviour_logprobs": buf.logprobs,
+            "token_weight": buf.token_weight, "advantage": 0.0, "messages": seen}
