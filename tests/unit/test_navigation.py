@@ -388,3 +388,28 @@ def test_restore_replays_a_mid_episode_state_exactly(env):
     restored = other.restore(snap["task_id"], snap["actions"])
     assert restored == env.messages and restored == full[:len(restored)]
     assert other.turns == env.turns == 4 and other.routes == env.routes
+
+
+def test_compact_search_results_keep_every_task_solvable():
+    small = NavigationEnv({"split": "test", "page_size": 3, "poi_extensions": "base"})
+    full = NavigationEnv({"split": "test"})
+    tid = small.task_ids("test")[5]
+    for e in (small, full):
+        e.reset(options={"task_id": tid})
+    name = small.reward_evidence()["origin"]["name"]
+    a = json.loads(small.step(call("poi_search", address=name))[0][-1]["content"])
+    b = json.loads(full.step(call("poi_search", address=name))[0][-1]["content"])
+    assert len(a["pois"]) <= 3 < len(b["pois"]) and a["count"] == b["count"]
+    assert set(a["pois"][0]) == {"id", "name", "address", "location", "cityname", "adname"}
+    assert {"type", "tel", "business"} <= set(b["pois"][0])
+    assert "Returns up to 3 candidates" in json.dumps(small.tool_schemas())
+    # the oracle falls back to a search around the annotated point when the right place
+    # is not on the short first page: every test task stays solvable
+    assert all(run_episode(small, OracleAgent, t)[0] == 1.0 for t in small.task_ids("test"))
+
+
+@pytest.mark.parametrize("config, needle", [({"page_size": 0}, "page_size"), ({"page_size": 11}, "page_size"),
+                                            ({"poi_extensions": "more"}, "poi_extensions")])
+def test_bad_search_result_options_fail_clearly(config, needle):
+    with pytest.raises(ValueError, match=needle):
+        NavigationEnv(config)
