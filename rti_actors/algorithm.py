@@ -104,6 +104,7 @@ class Algorithm:
             runtime_env=threads_env(lc["num_threads_per_learner"])).remote(self.model_path, learner_cfg)
         self.intervention = self._build_intervention() if t["algorithm"] == "rti" else None
         ray.get([a.ping.remote() for a in self.runners + [self.learner]])
+        self.weight_sync = self._init_weight_sync()
         self.train_ids = ray.get(self.runners[0].task_ids.remote("train"))
         if not self.train_ids:
             raise ConfigError(f"environment {env!r} has no tasks in its 'train' split")
@@ -340,9 +341,34 @@ class Algorithm:
         order = {(s["task_id"], s["sample_index"]): k for k, s in enumerate(specs)}
         return sorted(results, key=lambda t: order[(t["task_id"], t["sample_index"])])
 
+    def _init_weight_sync(self) -> str:
+        """Form the learner->engines broadcast group when configured (see weight_sync.py)."""
+        lc, r = self.config["learners"], self.config["env_runners"]
+        mode = lc["weight_sync"]
+        if mode == "auto":
+            mode = "broadcast" if lc["num_gpus_per_learner"] and r["num_gpus_per_engine"] else "object_store"
+        if mode == "broadcast":
+            host, port = ray.get(self.learner.weight_sync_address.remote())
+            backend, world = ("nccl" if lc["num_gpus_per_learner"] else "gloo"), 1 + len(self.engines)
+            ray.get([self.learner.init_weight_sync.remote(host, port, world, backend)]
+                    + [e.init_weight_sync.remote(host, port, i + 1, world, backend) for i, e in enumerate(self.engines)])
+            self._weight_meta = ray.get(self.learner.weight_meta.remote())
+        return mode
+
     def _publish(self, bump: bool = True) -> None:
         if bump:
             self.version += 1
+        if self.weight_sync == "broadcast":
+            try:
+                ray.get([self.learner.broadcast_weights.remote()]
+                        + [e.receive_weights.remote(self._weight_meta, self.version) for e in self.engines])
+                return
+            except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as err:
+                # a restarted engine is no longer in the group: publish through the object
+                # store from now on (always correct, one copy per engine)
+                print(f"[rti_actors] weight broadcast failed ({type(err).__name__}); using the object store",
+                      file=sys.stderr)
+                self.weight_sync = "object_store"
         weights = ray.put(ray.get(self.learner.get_weights.remote()))
         ray.get([e.update_weights.remote(weights, self.version) for e in self.engines])
 

@@ -26,7 +26,9 @@ DEFAULTS: dict[str, dict] = {
                  "clip": 0.2, "gspo_clip": 4e-4, "micro_batch_tokens": 4096, "grad_clip": 1.0,
                  "max_policy_lag": 0, "skip_zero_variance_groups": True},
     "learners": {"backend": "deepspeed", "zero_stage": 0, "num_cpus_per_learner": 0.5, "num_gpus_per_learner": 0,
-                 "dtype": None, "num_threads_per_learner": None},
+                 "dtype": None, "num_threads_per_learner": None,
+                 # "auto": broadcast (NCCL) when learner and engines are on GPUs, else the object store
+                 "weight_sync": "auto"},
     # RTI (used when training(algorithm="rti")); RTI_SPEC.md gives the sources of the defaults
     "interventions": {
         "roles": "self",            # "self" | "rules" | a local model folder | an http(s):// endpoint
@@ -191,6 +193,11 @@ class RTIConfig:
             problems.append(f"unknown learner backend {lr['backend']!r}: choose 'deepspeed' or 'torch'")
         if lr["zero_stage"] not in (0, 1, 2, 3):
             problems.append(f"zero_stage={lr['zero_stage']} must be 0, 1, 2 or 3")
+        if lr["weight_sync"] not in ("auto", "object_store", "broadcast"):
+            problems.append(f"weight_sync={lr['weight_sync']!r}: choose 'auto', 'object_store' or 'broadcast'")
+        elif lr["weight_sync"] == "broadcast" and bool(lr["num_gpus_per_learner"]) != bool(r["num_gpus_per_engine"]):
+            problems.append("weight_sync='broadcast' needs the learner and the engines on the same kind of device "
+                            "(both on GPUs: NCCL, or both on CPUs: gloo); use weight_sync='object_store'")
         problems += _intervention_problems(c["interventions"], env)
         sft = c["sft"]
         if not sft["lr"] > 0:

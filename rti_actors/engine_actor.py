@@ -29,6 +29,20 @@ class EngineActor:
     def update_weights(self, named_tensors, version: int) -> int:
         return self.engine.update_weights(named_tensors, version)
 
+    def init_weight_sync(self, host: str, port: int, rank: int, world_size: int, backend: str) -> bool:
+        """Join the learner's weight group (``rti_actors.weight_sync``) as ``rank``."""
+        from rti_actors.weight_sync import init_group
+        self._weight_group = init_group(host, port, rank, world_size, backend)
+        return True
+
+    def receive_weights(self, meta: list, version: int) -> int:
+        """Receive a broadcast of the learner's weights and install them as ``version``."""
+        import torch
+
+        from rti_actors.weight_sync import receive
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        return self.engine.update_weights(receive(self._weight_group, meta, device), version)
+
     def version(self) -> int:
         return self.engine.version
 

@@ -389,20 +389,51 @@ class Learner:
         return float(norm) if norm is not None else float(own_norm if own_norm is not None else "nan")
 
     # ---- weights and checkpoints --------------------------------------------------------
-    @torch.no_grad()
-    def get_weights(self) -> dict[str, torch.Tensor]:
-        """Full weights as CPU tensors under HF parameter names (tied duplicates omitted)."""
-        out = {}
+    def _full_params(self):
+        """(name, full tensor on the learner's device) per parameter, in order; under ZeRO-3
+        one parameter is gathered at a time, so no more than one full copy exists at once."""
         zero3 = self.engine is not None and self.config["zero_stage"] == 3
         for name, p in self.module.named_parameters():
             if zero3:
                 import deepspeed
-                # One parameter at a time, so the gathered copy never exceeds one tensor.
                 with deepspeed.zero.GatheredParameters([p], modifier_rank=None):
-                    out[name] = p.detach().to("cpu", copy=True)
+                    yield name, p.detach()
             else:
-                out[name] = p.detach().to("cpu", copy=True)
-        return out
+                yield name, p.detach()
+
+    @torch.no_grad()
+    def get_weights(self) -> dict[str, torch.Tensor]:
+        """Full weights as CPU tensors under HF parameter names (tied duplicates omitted)."""
+        return {name: t.to("cpu", copy=True) for name, t in self._full_params()}
+
+    # ---- broadcast weight sync (rti_actors.weight_sync) ---------------------------------
+    def weight_sync_address(self) -> tuple[str, int]:
+        from rti_actors.weight_sync import free_address
+        return free_address()
+
+    def init_weight_sync(self, host: str, port: int, world_size: int, backend: str) -> bool:
+        """Join the weight group as its rank 0 (call together with the engines' joins)."""
+        from rti_actors.weight_sync import init_group
+        if self.rank == 0:
+            self._weight_group = init_group(host, port, 0, world_size, backend)
+        return True
+
+    def weight_meta(self) -> list[tuple[str, list[int], str]]:
+        return [(name, list(getattr(p, "ds_shape", None) or p.shape), str(p.dtype))
+                for name, p in self.module.named_parameters()]
+
+    @torch.no_grad()
+    def broadcast_weights(self) -> int:
+        """Send the full weights to every engine of the weight group (collective under
+        ZeRO-3 with world_size > 1: every rank gathers, rank 0 sends). Returns tensors sent."""
+        from rti_actors.weight_sync import send
+        tensors = (t for _, t in self._full_params())
+        if self.rank == 0:
+            send(self._weight_group, self.weight_meta(), tensors, self.device)
+        else:
+            for _ in tensors:
+                pass
+        return len(self.weight_meta())
 
     def save(self, path: str) -> str:
         """Model, optimiser, step and RNG states, so that ``load`` then ``update`` continues exactly."""

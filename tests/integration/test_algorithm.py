@@ -146,3 +146,29 @@ def test_bad_model_and_template_fail_at_build(ray_cluster, tiny_model_path, tmp_
     (bare / "tokenizer_config.json").write_text(json.dumps(cfg))
     with pytest.raises(ConfigError, match="no chat template"):
         _config(str(bare), tmp_path).policy(fallback_chat_template=None).build()
+
+
+def test_broadcast_weight_sync_installs_the_learners_weights(ray_cluster, flat_model, tmp_path):
+    # gloo here; the same code path runs NCCL when learner and engines are on GPUs
+    from policies.engines import make_engine
+    algo = _config(flat_model, tmp_path, lr=1e-3).learners(weight_sync="broadcast").build()
+    try:
+        assert algo.weight_sync == "broadcast"
+        m = algo.train()
+        assert not m["learner"].get("skipped") and ray.get([e.version.remote() for e in algo.engines]) == [1]
+        exported = algo.export_policy(tmp_path / "exported")
+        prompts, completions = [[1, 2, 3, 4, 5], [7, 8, 9]], [[10, 11, 12], [13, 14]]
+        served = ray.get(algo.engines[0].score.remote(prompts, completions, 1.0))
+    finally:
+        algo.stop()
+    learned = make_engine("hf", exported).score(prompts, completions, 1.0)
+    initial = make_engine("hf", flat_model).score(prompts, completions, 1.0)
+    assert served == pytest.approx(learned, abs=1e-6)
+    assert served != pytest.approx(initial, abs=1e-6)  # the update moved the weights: the check can fail
+
+
+def test_broadcast_between_learner_and_cpu_engines_on_gpu_is_refused(ray_cluster, flat_model, tmp_path):
+    from rti_actors.config import ConfigError
+    cfg = _config(flat_model, tmp_path).learners(weight_sync="broadcast", num_gpus_per_learner=1)
+    with pytest.raises(ConfigError, match="same kind of device"):
+        cfg.validate()
