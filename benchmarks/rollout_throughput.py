@@ -51,19 +51,26 @@ class LatencyEnv(ToolEnv):
         return {}
 
 
-def _actors(model_path, kind, num_runners, envs_per_runner, env_config, max_tokens):
+def _engine(model_path, kind):
     from rti_actors.algorithm import threads_env
-    from rti_actors.engine_actor import EngineActor, EnginePool
-    from rti_actors.env_runner import EnvRunner
+    from rti_actors.engine_actor import EngineActor
 
     kw = {"dtype": "bfloat16", "max_model_len": 2048} if kind == "vllm" else {"dtype": "float32"}
     engine = ray.remote(EngineActor).options(num_cpus=0, runtime_env=threads_env(None)).remote(kind, model_path, kw)
+    ray.get(engine.ping.remote())
+    return engine
+
+
+def _runners(engine, model_path, num_runners, envs_per_runner, env_config, max_tokens):
+    from rti_actors.engine_actor import EnginePool
+    from rti_actors.env_runner import EnvRunner
+
     pool = EnginePool([engine])
     policy = {"max_model_len": 2048, "max_new_tokens": max_tokens}
     runners = [ray.remote(EnvRunner).options(num_cpus=0).remote(
         lambda cfg: LatencyEnv(cfg), env_config, envs_per_runner, model_path, policy, pool, i) for i in range(num_runners)]
     ray.get([r.ping.remote() for r in runners])
-    return engine, runners
+    return runners
 
 
 def _run(runners, specs, sampling):
@@ -73,9 +80,9 @@ def _run(runners, specs, sampling):
     return time.perf_counter() - t, [x for o in outs for x in o]
 
 
-def part1(model_path, kind, max_tokens) -> dict:
+def part1(engine, model_path, max_tokens) -> dict:
     from rti_actors.env_runner import request_seed
-    engine, runners = _actors(model_path, kind, 2, 4, {"latency": 0.0, "turns": 1}, max_tokens)
+    runners = _runners(engine, model_path, 2, 4, {"latency": 0.0, "turns": 1}, max_tokens)
     sampling = {"max_tokens": max_tokens, "temperature": 0.8}
     specs = [{"task_id": f"t{i}", "sample_index": 0, "seed": 0, "round": 0} for i in range(8)]
     _run(runners, specs, sampling)  # warm-up
@@ -87,22 +94,22 @@ def part1(model_path, kind, max_tokens) -> dict:
     gens = ray.get(engine.generate.remote(prompts, sampling, seeds))
     dt_direct = time.perf_counter() - t0
     direct_tokens = sum(len(g["token_ids"]) for g in gens)
-    for a in runners + [engine]:
+    for a in runners:
         ray.kill(a)
     return {"graph_tok_s": round(graph_tokens / dt_graph, 1), "direct_tok_s": round(direct_tokens / dt_direct, 1),
             "ratio": round((graph_tokens / dt_graph) / (direct_tokens / dt_direct), 3),
             "same_tokens": graph_tokens == direct_tokens}
 
 
-def part2(model_path, kind, latency, turns, episodes) -> list[dict]:
+def part2(engine, model_path, latency, turns, episodes) -> list[dict]:
     rows = []
     for n in (1, 2, 4):
-        engine, runners = _actors(model_path, kind, n, 2, {"latency": latency, "turns": turns}, 8)
+        runners = _runners(engine, model_path, n, 2, {"latency": latency, "turns": turns}, 8)
         specs = [{"task_id": f"t{i}", "sample_index": 0, "seed": 0, "round": 1} for i in range(episodes)]
         _run(runners, specs[:2], {"max_tokens": 8, "temperature": 0.8})  # warm-up
         dt, _ = _run(runners, specs, {"max_tokens": 8, "temperature": 0.8})
         rows.append({"env_runners": n, "episodes_per_s": round(episodes / dt, 3), "seconds": round(dt, 2)})
-        for a in runners + [engine]:
+        for a in runners:
             ray.kill(a)
     base = rows[0]["episodes_per_s"]
     for r in rows:
@@ -124,8 +131,9 @@ def main():
 
     path = load_model(args.model)
     ray.init(num_cpus=8, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
-    p1 = part1(path, args.engine, args.tokens)
-    p2 = part2(path, args.engine, args.latency, args.turns, args.episodes)
+    engine = _engine(path, args.engine)  # one engine actor serves every configuration
+    p1 = part1(engine, path, args.tokens)
+    p2 = part2(engine, path, args.latency, args.turns, args.episodes)
     ray.shutdown()
     print(f"part 1 ({args.engine}, 8 episodes x {args.tokens} tokens): through runners {p1['graph_tok_s']} tok/s, "
           f"direct {p1['direct_tok_s']} tok/s, ratio {p1['ratio']} (target >= 0.8), same tokens: {p1['same_tokens']}")

@@ -32,13 +32,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from envs import make_env  # noqa: E402
 from rti_actors import RTIConfig  # noqa: E402
+from rti_actors.demonstrations import record_agent, write_jsonl  # noqa: E402
+from rti_actors.metrics import format_table  # noqa: E402
+
+
+def env_config(a) -> dict:
+    return {"language": a.language, "max_turns": a.max_turns, "max_tool_output_chars": a.max_tool_output_chars}
 
 
 def build_config(a) -> RTIConfig:
     return (RTIConfig()
-            .environment("Hard20-v0", env_config={"language": a.language, "max_turns": a.max_turns,
-                                                  "max_tool_output_chars": a.max_tool_output_chars})
+            .environment("Hard20-v0", env_config=env_config(a))
             .policy(model=a.model, engine=a.engine, max_new_tokens=a.max_new_tokens, max_model_len=a.max_model_len,
                     temperature=0.8)
             .env_runners(num_env_runners=a.num_env_runners, num_envs_per_env_runner=a.num_envs_per_env_runner,
@@ -48,6 +54,7 @@ def build_config(a) -> RTIConfig:
             .interventions(roles=a.roles, ppl_threshold=a.ppl_threshold, eps_cal=a.eps_cal)
             .learners(backend="deepspeed", zero_stage=a.zero_stage, num_gpus_per_learner=1 if a.gpu else 0,
                       dtype="bfloat16" if a.gpu else None)
+            .sft(lr=a.sft_lr, epochs=a.sft_epochs)
             .evaluation(num_samples=a.eval_samples, num_tasks=a.eval_tasks)
             .reporting(run_name=a.run_name, run_dir=a.run_dir))
 
@@ -77,6 +84,10 @@ def parse_args(argv=None):
     ap.add_argument("--eval-tasks", type=int, default=None, help="held-out tasks to evaluate (default: all 20)")
     ap.add_argument("--run-name", default=None)
     ap.add_argument("--run-dir", default="runs")
+    ap.add_argument("--warmup-sft", type=int, default=0, metavar="N",
+                    help="before RL, SFT on N oracle demonstrations of training variants (round-robin over families)")
+    ap.add_argument("--sft-epochs", type=int, default=2)
+    ap.add_argument("--sft-lr", type=float, default=1e-5)
     ap.add_argument("--gpu", action="store_true")
     ap.add_argument("--quick", action="store_true",
                     help="CPU quick run: 2 iterations of 2 tasks x G=4, short turns, 2 eval rollouts of each held-out task")
@@ -93,19 +104,34 @@ def main(argv=None):
     t0 = time.time()
     algo = build_config(a).build()
     try:
-        base, final = run(algo, a)
+        rows = run(algo, a)
     finally:
         algo.stop()
+    last = list(rows.values())[-1]
     print()
-    print(base["table"])
-    print(final["table"].split("\n", 3)[-1])
-    print(f"\n({final['num_tasks']} held-out tasks x {final['n']} rollouts; total {time.time() - t0:.0f} s)")
+    print(format_table({label: {"Hard20": s} for label, s in rows.items()}))
+    print(f"\n({last['num_tasks']} held-out tasks x {last['n']} rollouts; total {time.time() - t0:.0f} s)")
     print(f"run directory: {algo.run_dir}")
 
 
+def oracle_demonstrations(a) -> list[dict]:
+    """N oracle episodes of training variants, one family after another (never held-out tasks)."""
+    ids = make_env("Hard20-v0", {"split": "train"}).unwrapped.task_ids("train")
+    by_variant = sorted(ids, key=lambda t: (t.rsplit("-v", 1)[1], t))
+    return record_agent("Hard20-v0", {**env_config(a), "max_turns": 60}, by_variant[:a.warmup_sft])
+
+
 def run(algo, a):
-    base = algo.evaluate(method="base")
-    print(f"base policy evaluated in {base['seconds']:.0f} s", flush=True)
+    rows = {"base": algo.evaluate(method="base")}
+    print(f"base policy evaluated in {rows['base']['seconds']:.0f} s", flush=True)
+    if a.warmup_sft:
+        demos = oracle_demonstrations(a)
+        write_jsonl(algo.run_dir / "demonstrations.jsonl", demos)
+        sft = algo.pretrain_sft(demos)
+        print(f"warm start: {sft['num_demonstrations']} demonstrations ({sft['skipped_too_long']} too long), "
+              f"{sft['steps']} steps, loss {sft['loss_first']:.3f} -> {sft['loss_last_epoch']:.3f}, "
+              f"{sft['seconds']:.0f} s", flush=True)
+        rows["SFT warm start"] = algo.evaluate(method="sft")
     for _ in range(a.iterations):
         m = algo.train()
         rti = (f"  rti: triggered {m['rti/triggered_groups']}/{m['num_groups']} accepted {m['rti/accepted']} "
@@ -113,7 +139,9 @@ def run(algo, a):
         print(f"iter {m['iteration']:3d}  reward {m['reward_mean']:.3f}  success {m['success_rate']:.3f}  "
               f"all-fail groups {m['frac_all_fail_groups']:.2f}  {_loss(m)}  "
               f"{sum(m['seconds'].values()):.0f}s{rti}", flush=True)
-    return base, algo.evaluate(method=a.algorithm.upper())
+    if a.iterations:
+        rows[a.algorithm.upper()] = algo.evaluate(method=a.algorithm.upper())
+    return rows
 
 
 def _loss(m) -> str:

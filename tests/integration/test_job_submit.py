@@ -92,6 +92,10 @@ def test_navigation_example_runs(ray_cluster, tiny_model_path, tmp_path, capsys)
 
     navigation.main(["--model", tiny_model_path, "--engine", "hf", "--quick", "--iterations", "1",
                      "--tasks-per-iteration", "1", "--group-size", "2", "--eval-tasks", "1", "--eval-samples", "1",
-                     "--max-new-tokens", "8", "--max-turns", "2", "--run-dir", str(tmp_path), "--run-name", "nav"])
+                     "--max-new-tokens", "8", "--max-turns", "2", "--run-dir", str(tmp_path), "--run-name", "nav",
+                     "--warmup-sft", "2", "--sft-max-waypoints", "3", "--sft-epochs", "1", "--page-size", "1",
+                     "--poi-extensions", "base"])
     out = capsys.readouterr().out
     assert "iter   1" in out and "p@1" in out and (tmp_path / "nav" / "metrics.jsonl").exists()
+    assert "warm start: 2 demonstrations" in out and "SFT warm start" in out and "GRPO" in out
+    assert len((tmp_path / "nav" / "demonstrations.jsonl").read_text().splitlines()) == 2
