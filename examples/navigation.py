@@ -86,6 +86,8 @@ def main(argv=None):
     ap.add_argument("--sft-epochs", type=int, default=2)
     ap.add_argument("--sft-lr", type=float, default=1e-5)
     ap.add_argument("--sft-batch-size", type=int, default=8)
+    ap.add_argument("--export-policy", default=None, metavar="DIR",
+                    help="at the end, write the policy as a plain HF folder (loadable with --model DIR)")
     ap.add_argument("--gpu", action="store_true")
     ap.add_argument("--quick", action="store_true", help="CPU quick run: 2 iterations, 4 tasks x G=8, small eval")
     args = ap.parse_args(argv)
@@ -96,6 +98,8 @@ def main(argv=None):
     algo = build_config(args).build()
     try:
         rows = run(algo, args)
+        if args.export_policy:
+            print(f"policy exported to {algo.export_policy(args.export_policy)}")
     finally:
         algo.stop()
     print(format_table({label: {"Navigation": s} for label, s in rows.items()}))
