@@ -14,6 +14,7 @@ import argparse
 
 from envs import Task, Tool, ToolEnv, register_env
 from rti_actors import RTIConfig
+from rti_actors.reporting import progress_line
 
 FACTORS = {("km", "m"): 1000, ("m", "cm"): 100, ("kg", "g"): 1000, ("h", "min"): 60}
 QUESTIONS = [(v, a, b) for v in (2, 3, 5, 7, 12) for (a, b) in FACTORS]
@@ -63,8 +64,6 @@ if __name__ == "__main__":
             .training(algorithm="grpo", group_size=4, tasks_per_iteration=2)
             .evaluation(num_samples=2, num_tasks=4).build())
     for _ in range(args.iterations):
-        m = algo.train()
-        print(f"iter {m['iteration']}: reward {m['reward_mean']:.2f} success {m['success_rate']:.2f} "
-              f"loss {m['learner'].get('loss', float('nan')):.4f} ({sum(m['seconds'].values()):.1f}s)")
+        print(progress_line(algo.train()))
     print(algo.evaluate()["table"])
     algo.stop()

@@ -36,6 +36,7 @@ from envs import make_env  # noqa: E402
 from rti_actors import RTIConfig  # noqa: E402
 from rti_actors.demonstrations import record_agent, write_jsonl  # noqa: E402
 from rti_actors.metrics import format_table  # noqa: E402
+from rti_actors.reporting import progress_line, sft_line  # noqa: E402
 
 
 def env_config(a) -> dict:
@@ -128,25 +129,13 @@ def run(algo, a):
         demos = oracle_demonstrations(a)
         write_jsonl(algo.run_dir / "demonstrations.jsonl", demos)
         sft = algo.pretrain_sft(demos)
-        print(f"warm start: {sft['num_demonstrations']} demonstrations ({sft['skipped_too_long']} too long), "
-              f"{sft['steps']} steps, loss {sft['loss_first']:.3f} -> {sft['loss_last_epoch']:.3f}, "
-              f"{sft['seconds']:.0f} s", flush=True)
+        print(sft_line(sft), flush=True)
         rows["SFT warm start"] = algo.evaluate(method="sft")
     for _ in range(a.iterations):
-        m = algo.train()
-        rti = (f"  rti: triggered {m['rti/triggered_groups']}/{m['num_groups']} accepted {m['rti/accepted']} "
-               f"rescued {m['rti/continuation_success']}" if "rti/accepted" in m else "")
-        print(f"iter {m['iteration']:3d}  reward {m['reward_mean']:.3f}  success {m['success_rate']:.3f}  "
-              f"all-fail groups {m['frac_all_fail_groups']:.2f}  {_loss(m)}  "
-              f"{sum(m['seconds'].values()):.0f}s{rti}", flush=True)
+        print(progress_line(algo.train()), flush=True)
     if a.iterations:
         rows[a.algorithm.upper()] = algo.evaluate(method=a.algorithm.upper())
     return rows
-
-
-def _loss(m) -> str:
-    learn = m["learner"]
-    return "no update (all groups zero-variance)" if learn.get("skipped") else f"loss {learn['loss']:+.4f}"
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from envs import make_env  # noqa: E402
 from rti_actors import RTIConfig  # noqa: E402
 from rti_actors.demonstrations import record_agent, write_jsonl  # noqa: E402
 from rti_actors.metrics import format_table  # noqa: E402
+from rti_actors.reporting import progress_line, sft_line  # noqa: E402
 
 
 def env_config(args) -> dict:
@@ -124,22 +125,13 @@ def run(algo, args):
         demos = oracle_demonstrations(args)
         write_jsonl(algo.run_dir / "demonstrations.jsonl", demos)
         sft = algo.pretrain_sft(demos)
-        print(f"warm start: {sft['num_demonstrations']} demonstrations, {sft['steps']} steps, loss "
-              f"{sft['loss_first']:.3f} -> {sft['loss_last_epoch']:.3f}, {sft['seconds']:.0f} s", flush=True)
+        print(sft_line(sft), flush=True)
         rows["SFT warm start"] = algo.evaluate(method="sft")
     for _ in range(args.iterations):
-        m = algo.train()
-        print(f"iter {m['iteration']:3d}  reward {m['reward_mean']:.3f}  success {m['success_rate']:.3f}  "
-              f"zero-var groups {m['frac_zero_variance_groups']:.2f}  {_loss(m)}  "
-              f"tokens {m['gen_tokens']}  {sum(m['seconds'].values()):.1f}s", flush=True)
+        print(progress_line(algo.train()), flush=True)
     if args.iterations:
         rows[args.algorithm.upper()] = algo.evaluate(method=args.algorithm)
     return rows
-
-
-def _loss(m) -> str:
-    learn = m["learner"]
-    return "no update (all groups zero-variance)" if learn.get("skipped") else f"loss {learn['loss']:+.4f}"
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ quick run shows the machinery (every group all-fail, RTI triggered on each; the 
 Validator's verdicts are unreadable, so nothing is accepted and the learner has no
 learnable group), not the gains. Its output on 2 cores (retail, scripted user):
 
-    iter   1  reward 0.000  success 0.000  all-fail groups 1.00  turns 1.8  no learnable group  43s  rti: triggered 2/2 accepted 0 rescued 0
+    iter   1  reward 0.000  success 0.000  all-fail groups 1.00  turns 1.8  no update (all groups zero-variance)  43s  rti: triggered 2/2 accepted 0 rescued 0
     base            |    0.00     0.00     0.00
     RTI             |    0.00     0.00     0.00
     (2 test tasks x 1 rollouts; total 95 s)
@@ -46,6 +46,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rti_actors import RTIConfig  # noqa: E402
+from rti_actors.reporting import progress_line  # noqa: E402
 
 ENVS = {"telecom": "Tau2Telecom-v0", "retail": "Tau2Retail-v0", "airline": "Tau2Airline-v0"}
 
@@ -143,15 +144,7 @@ def run(algo, a):
     print(f"{ENVS[a.domain]}: {len(algo.train_ids)} training tasks, user={a.user}, algorithm={a.algorithm}", flush=True)
     base = algo.evaluate(method="base")
     for _ in range(a.iterations):
-        t = time.time()
-        m = algo.train()
-        learn = "no learnable group" if m["learner"].get("skipped") else f"loss {m['learner']['loss']:+.4f}"
-        # stage counters appear once a stage has run (no candidate accepted: no continuation)
-        rti = (f"  rti: triggered {m['rti/triggered_groups']}/{m['num_groups']} accepted {m.get('rti/accepted', 0)} "
-               f"rescued {m.get('rti/continuation_success', 0)}" if "rti/triggered_groups" in m else "")
-        print(f"iter {m['iteration']:3d}  reward {m['reward_mean']:.3f}  success {m['success_rate']:.3f}  "
-              f"all-fail groups {m['frac_all_fail_groups']:.2f}  turns {m['turns_mean']:.1f}  "
-              f"{learn}  {time.time() - t:.0f}s{rti}", flush=True)
+        print(progress_line(algo.train()), flush=True)
     return base, algo.evaluate(method=a.algorithm.upper())
 
 

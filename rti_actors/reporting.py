@@ -69,3 +69,20 @@ class Reporter:
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+
+
+def progress_line(m: dict) -> str:
+    """One line per training iteration for scripts: rewards, the groups that could teach,
+    the learner step (or why there was none), RTI's funnel when it ran, and the time."""
+    learn = m["learner"]
+    loss = "no update (all groups zero-variance)" if learn.get("skipped") else f"loss {learn['loss']:+.4f}"
+    rti = (f"  rti: triggered {m['rti/triggered_groups']}/{m['num_groups']} accepted {m.get('rti/accepted', 0)} "
+           f"rescued {m.get('rti/continuation_success', 0)}" if "rti/triggered_groups" in m else "")
+    return (f"iter {m['iteration']:3d}  reward {m['reward_mean']:.3f}  success {m['success_rate']:.3f}  "
+            f"all-fail groups {m['frac_all_fail_groups']:.2f}  turns {m['turns_mean']:.1f}  {loss}  "
+            f"{sum(m['seconds'].values()):.0f}s{rti}")
+
+
+def sft_line(s: dict) -> str:
+    return (f"warm start: {s['num_demonstrations']} demonstrations ({s['skipped_too_long']} too long), {s['steps']} "
+            f"steps, loss {s['loss_first']:.3f} -> {s['loss_last_epoch']:.3f}, {s['seconds']:.0f} s")
