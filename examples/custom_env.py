@@ -4,6 +4,7 @@ A unit-conversion desk: the agent gets a question, may call `convert`, and must 
 with the right number. Subclass `ToolEnv`, declare tools with JSON schemas, register it.
 
     python examples/custom_env.py                       # CPU quick run (tiny settings)
+    python examples/custom_env.py --warmup-sft 10       # SFT on 10 oracle episodes first
     ray job submit --working-dir . -- python examples/custom_env.py --iterations 5
 
 Expect: one line of metrics per iteration (reward, success rate, learner loss), then an
@@ -12,9 +13,10 @@ evaluation table. SmolLM2-135M rarely solves it at first; the point is the wirin
 
 import argparse
 
-from envs import Task, Tool, ToolEnv, register_env
+from envs import Task, Tool, ToolEnv, format_tool_call, register_env
 from rti_actors import RTIConfig
-from rti_actors.reporting import progress_line
+from rti_actors.demonstrations import record_agent
+from rti_actors.reporting import progress_line, sft_line
 
 FACTORS = {("km", "m"): 1000, ("m", "cm"): 100, ("kg", "g"): 1000, ("h", "min"): 60}
 QUESTIONS = [(v, a, b) for v in (2, 3, 5, 7, 12) for (a, b) in FACTORS]
@@ -49,21 +51,38 @@ class UnitEnv(ToolEnv):
     def reward_evidence(self):
         return {"answer": self.task.data["answer"]}
 
+    def oracle_agent(self):  # optional: a scripted solver, whose episodes are demonstrations
+        value, a, b = QUESTIONS[int(self.task.task_id[1:])]
+
+        class Oracle:
+            def act(self, observation):
+                if observation[-1]["role"] == "tool":
+                    return f"{value * FACTORS[(a, b)]} {b}."
+                return format_tool_call("convert", {"value": value, "from_unit": a, "to_unit": b})
+        return Oracle()
+
 
 register_env("UnitDesk-v0", lambda cfg: UnitEnv(cfg))
 
-if __name__ == "__main__":
+def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--iterations", type=int, default=2)
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--engine", default="vllm", choices=["vllm", "hf"])
-    args = ap.parse_args()
+    ap.add_argument("--warmup-sft", type=int, default=0, help="SFT on N oracle episodes first")
+    args = ap.parse_args(argv)
     algo = (RTIConfig().environment("UnitDesk-v0", env_config={"max_turns": 3})
             .policy(model=args.model, engine=args.engine, max_new_tokens=64, max_model_len=2048)
             .env_runners(num_env_runners=2, num_envs_per_env_runner=4)
             .training(algorithm="grpo", group_size=4, tasks_per_iteration=2)
             .evaluation(num_samples=2, num_tasks=4).build())
+    if args.warmup_sft:
+        print(sft_line(algo.pretrain_sft(record_agent("UnitDesk-v0", {}, algo.train_ids[:args.warmup_sft]))))
     for _ in range(args.iterations):
         print(progress_line(algo.train()))
     print(algo.evaluate()["table"])
     algo.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -99,3 +99,12 @@ def test_navigation_example_runs(ray_cluster, tiny_model_path, tmp_path, capsys)
     assert "iter   1" in out and "p@1" in out and (tmp_path / "nav" / "metrics.jsonl").exists()
     assert "warm start: 2 demonstrations" in out and "SFT warm start" in out and "GRPO" in out
     assert len((tmp_path / "nav" / "demonstrations.jsonl").read_text().splitlines()) == 2
+
+
+def test_custom_env_example_warm_starts_and_trains(ray_cluster, tiny_model_path, capsys):
+    sys.path.insert(0, str(REPO / "examples"))
+    import custom_env
+
+    custom_env.main(["--model", tiny_model_path, "--engine", "hf", "--iterations", "1", "--warmup-sft", "4"])
+    out = capsys.readouterr().out
+    assert "warm start: 4 demonstrations (0 too long)" in out and "iter   1" in out and "p@1" in out
