@@ -50,7 +50,7 @@ def build_config(args) -> RTIConfig:
             .learners(backend=args.learner_backend, zero_stage=args.zero_stage,
                       num_gpus_per_learner=1 if args.gpu else 0, dtype="bfloat16" if args.gpu else args.learner_dtype)
             .sft(lr=args.sft_lr, epochs=args.sft_epochs, batch_size=args.sft_batch_size)
-            .evaluation(num_samples=args.eval_samples, num_tasks=args.eval_tasks)
+            .evaluation(num_samples=args.eval_samples, num_tasks=args.eval_tasks, temperature=args.eval_temperature)
             .reporting(run_name=args.run_name, run_dir=args.run_dir))
 
 
@@ -77,7 +77,11 @@ def main(argv=None):
     ap.add_argument("--max-new-tokens", type=int, default=192)
     ap.add_argument("--max-model-len", type=int, default=4096)
     ap.add_argument("--eval-samples", type=int, default=4)
-    ap.add_argument("--eval-tasks", type=int, default=None)
+    ap.add_argument("--eval-tasks", type=int, default=None,
+                    help="the first N test tasks (35 covers every waypoint-count x order-level cell once)")
+    ap.add_argument("--eval-temperature", type=float, default=None, help="default: the rollout temperature")
+    ap.add_argument("--record-eval", action="store_true",
+                    help="write every evaluation rollout to <run dir>/eval-<row>.jsonl (demonstration format)")
     ap.add_argument("--run-name", default=None)
     ap.add_argument("--run-dir", default="runs", help="where run directories are created")
     ap.add_argument("--warmup-sft", type=int, default=0, metavar="N",
@@ -120,17 +124,18 @@ def oracle_demonstrations(args) -> list[dict]:
 
 
 def run(algo, args):
-    rows = {"base": algo.evaluate(method="base")}
+    rec = (lambda name: algo.run_dir / f"eval-{name}.jsonl") if args.record_eval else (lambda name: None)
+    rows = {"base": algo.evaluate(method="base", record_path=rec("base"))}
     if args.warmup_sft:
         demos = oracle_demonstrations(args)
         write_jsonl(algo.run_dir / "demonstrations.jsonl", demos)
         sft = algo.pretrain_sft(demos)
         print(sft_line(sft), flush=True)
-        rows["SFT warm start"] = algo.evaluate(method="sft")
+        rows["SFT warm start"] = algo.evaluate(method="sft", record_path=rec("sft"))
     for _ in range(args.iterations):
         print(progress_line(algo.train()), flush=True)
     if args.iterations:
-        rows[args.algorithm.upper()] = algo.evaluate(method=args.algorithm)
+        rows[args.algorithm.upper()] = algo.evaluate(method=args.algorithm, record_path=rec(args.algorithm))
     return rows
 
 

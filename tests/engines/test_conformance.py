@@ -81,6 +81,21 @@ def test_score_identical_across_engines(engines):
 
 
 @pytest.mark.parametrize("kind", KINDS)
+def test_scores_with_a_cached_prefix_equal_cold_scores(engines, kind):
+    # a long shared context (vLLM's prefix cache works in blocks), warmed by a generation,
+    # two completions after it, and an exact repeat whose completion is cached too
+    context = (PROMPTS[1] * 50)[:400]
+    completions = [[400, 401, 402, 2, 9, 10, 11, 12], [9, 10, 198]]
+    eng = engines[kind]
+    eng.generate([context], SamplingParams(max_tokens=4, temperature=0))
+    warm = eng.score([context, context], completions, temperature=0.8)
+    repeat = eng.score([context], completions[:1], temperature=0.8)
+    cold = engines["hf"].score([context, context], completions, temperature=0.8)
+    for a, b in zip(warm + repeat, cold + cold[:1]):
+        assert len(a) == len(b) and max(abs(x - y) for x, y in zip(a, b)) < TOL
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_batched_equals_one_by_one(engines, kind):
     eng = engines[kind]
     sp = SamplingParams(max_tokens=10, temperature=0)
