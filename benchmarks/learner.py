@@ -32,6 +32,7 @@ CONFIGS = {
     "deepspeed-z0": {"backend": "deepspeed", "zero_stage": 0},
     "deepspeed-z2": {"backend": "deepspeed", "zero_stage": 2},
     "torch": {"backend": "torch"},
+    "torch-bf16": {"backend": "torch", "dtype": "bfloat16"},  # fp32 weights, bf16 autocast
 }
 
 
@@ -59,20 +60,20 @@ def run_one(name: str, args) -> dict:
     vocab = AutoConfig.from_pretrained(path).vocab_size
     batch = synthetic_batch(args.seqs, args.seq_len, vocab)
     config = {**CONFIGS[name], "micro_batch_tokens": args.micro_batch_tokens,
-              "gradient_checkpointing": args.gradient_checkpointing, "dtype": args.dtype}
+              "gradient_checkpointing": args.gradient_checkpointing, "dtype": args.dtype, **CONFIGS[name]}
     t0 = time.perf_counter()
     learner = Learner(path, config)
     init_s = time.perf_counter() - t0
     learner.update(batch)  # warm-up: allocator, DeepSpeed buffers
     metrics = [learner.update(batch) for _ in range(args.steps)]
     seconds = sum(m["seconds"] for m in metrics) / len(metrics)
-    return {"config": name, "dtype": args.dtype, "threads": torch.get_num_threads(),
+    return {"config": name, "dtype": config["dtype"], "threads": torch.get_num_threads(),
             "grad_ckpt": args.gradient_checkpointing, "init_s": round(init_s, 1), "step_s": round(seconds, 2),
             "tokens_per_s": round(args.seqs * args.seq_len / seconds, 1),
             "loss_tokens_per_s": round(metrics[0]["num_tokens"] / seconds, 1),
             "micro_batches": metrics[0]["num_micro_batches"],
             "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
-            "model_states_gib": round(estimate_memory_gib(path, CONFIGS[name].get("zero_stage", 0), args.dtype), 2)}
+            "model_states_gib": round(estimate_memory_gib(path, CONFIGS[name].get("zero_stage", 0), config["dtype"]), 2)}
 
 
 def main():
