@@ -73,7 +73,9 @@ def run_one(name: str, args) -> dict:
             "loss_tokens_per_s": round(metrics[0]["num_tokens"] / seconds, 1),
             "micro_batches": metrics[0]["num_micro_batches"],
             "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
-            "model_states_gib": round(estimate_memory_gib(path, CONFIGS[name].get("zero_stage", 0), config["dtype"]), 2)}
+            "model_states_gib": round(estimate_memory_gib(
+                path, CONFIGS[name].get("zero_stage", 0),
+                config["dtype"] if config["backend"] == "deepspeed" else "float32"), 2)}  # torch: fp32 states
 
 
 def main():
