@@ -5,10 +5,6 @@
 Each request scores a 48-token corrected step after a ~600-token context (the shape of a
 gate request). "batched": 16 callers submit at once and the gate merges them into engine
 calls; "one at a time": the same 16 requests sent to the engine one by one. Target: >= 3x.
-Second table (vLLM): the requests an RTI iteration really sends — 4 candidates x 2 Corrector
-attempts, each scored after h_k and after c_k (h_k with a guidance message), where h_k is
-the prompt the rollout already generated from — with the engine's scoring reading the
-prefix cache (default) versus recomputing every sequence.
 Optionally (``--rti-run``) also reports the share of an RTI iteration's wall time spent in
 intervention, from a short Navigation run with the rules provider.
 Prints a table, writes JSON (benchmarks/results/gate_batching.json).
@@ -69,15 +65,6 @@ def main():
     result = {"engine": args.engine, "rows": rows, "speedup": round(speedup, 2), "gate_stats": stats}
     ray.kill(gate)
     ray.kill(engine)
-    if args.engine == "vllm":
-        shape = [rti_shaped(path, kw, reads) for reads in (True, False)]
-        diff = max(abs(a - b) for x, y in zip(shape[0].pop("scores"), shape[1].pop("scores")) for a, b in zip(x, y))
-        print(f"{'RTI-shaped, 16 requests':>24} | {'seconds':>8}")
-        for r in shape:
-            print(f"{r['mode']:>24} | {r['seconds']:>8}")
-        print(f"max |log-prob difference| between the two: {diff:.1e}")
-        result["rti_shaped"] = shape + [{"max_abs_diff": diff}]
-        print(f"prefix-cache reads speed RTI-shaped scoring up {shape[1]['seconds'] / shape[0]['seconds']:.2f}x")
     if args.rti_run:
         result["rti_share"] = rti_share(args)
         print(f"intervention share of an RTI iteration's wall time: {result['rti_share']['share']:.1%}")
@@ -85,29 +72,6 @@ def main():
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))
     print(f"wrote {args.out}")
-
-
-def rti_shaped(path, kw, reads_cache: bool) -> dict:
-    from rti_actors.algorithm import threads_env
-    from rti_actors.engine_actor import EngineActor, EnginePool
-    from rti_actors.gate import PPLGate
-
-    engine = ray.remote(EngineActor).options(num_cpus=0, runtime_env=threads_env(None)).remote(
-        "vllm", path, {**kw, "score_reads_prefix_cache": reads_cache})
-    gate = ray.remote(PPLGate).options(num_cpus=0).remote(EnginePool([engine]), 0.8, 16, 0.05)
-    seconds, results = [], []
-    for trial in range(2):  # trial 0 warms up; fresh contexts per trial
-        hs = [[1] + [(89 * i + 11 * j + 7 * trial) % 40000 + 100 for j in range(600)] for i in range(4)]
-        cs = [h[:-3] + [(5 * j + i) % 40000 + 100 for j in range(24)] + h[-3:] for i, h in enumerate(hs)]
-        attempts = [[(31 * i + 7 * j + a) % 40000 + 100 for j in range(48)] for i in range(4) for a in range(2)]
-        reqs = [(ctx[i // 2], u) for ctx in (hs, cs) for i, u in enumerate(attempts)]
-        ray.get(engine.generate.remote(hs, {"max_tokens": 1, "temperature": 0.0}, None))  # the rollout's prefill
-        t = time.perf_counter()
-        results = ray.get([gate.score.remote(c, u) for c, u in reqs])
-        seconds.append(time.perf_counter() - t)
-    ray.kill(gate)
-    ray.kill(engine)
-    return {"mode": "cache reads" if reads_cache else "recompute", "seconds": round(seconds[-1], 3), "scores": results}
 
 
 def rti_share(args) -> dict:

