@@ -173,6 +173,12 @@ class Algorithm:
         for tr in trajectories:
             successes.setdefault(tr["task_id"], []).append(tr["reward"] >= 1.0)
         summary = summarize(successes)
+        # partial credit where the env reports it (Navigation's checks_met): progress that a
+        # 0/1 reward hides, e.g. after a warm start on a weak model
+        partial = [tr["info"].get("reward_breakdown", {}).get("checks_met") for tr in trajectories]
+        partial = [p for p in partial if isinstance(p, (int, float))]
+        if partial:
+            summary["mean_checks_met"] = float(np.mean(partial))
         env = self.config["environment"]["env"]
         label = method or f"{self.config['training']['algorithm']} (iter {self.iteration})"
         summary["table"] = format_table({label: {env if isinstance(env, str) else "env": summary}})

@@ -131,32 +131,19 @@ class VLLMEngine:
         seqs = [list(p) + list(c) for p, c in zip(prompts, completions)]
         check_prompts(seqs, self.max_model_len)
         t = temperature if temperature > 0 else 1.0
+        # Every scored sequence is computed from its first token: vLLM skips prefix-cache
+        # reads for prompt log-prob requests, and turning the reads on (skip_reading_prefix_cache
+        # =False) crashes vLLM 0.32's detokenizer on cached positions (tried, reverted).
+        params = VSP(max_tokens=1, temperature=0, prompt_logprobs=0)
         self.llm.collective_rpc(_set_logit_scale, args=(1.0 / t,))
         try:
-            # Prefix-cache reads on: a context already in the cache (the rollout that produced
-            # it, another attempt at the same step) is not recomputed, and vLLM returns
-            # prompt log-probs only for the tokens it computed. A request whose completion
-            # was itself served from the cache is scored again with cache reads off.
-            results = self._prompt_logprobs(seqs, prompts, completions, VSP, TokensPrompt, read_cache=True)
-            missing = [i for i, r in enumerate(results) if r is None]
-            if missing:
-                again = self._prompt_logprobs([seqs[i] for i in missing], [prompts[i] for i in missing],
-                                              [completions[i] for i in missing], VSP, TokensPrompt, read_cache=False)
-                for i, r in zip(missing, again):
-                    results[i] = r
+            outs = self.llm.generate([TokensPrompt(prompt_token_ids=s) for s in seqs], params, use_tqdm=False)
         finally:
             self.llm.collective_rpc(_set_logit_scale, args=(1.0,))
-        return results
-
-    def _prompt_logprobs(self, seqs, prompts, completions, VSP, TokensPrompt, read_cache: bool) -> list:
-        params = VSP(max_tokens=1, temperature=0, prompt_logprobs=0, skip_reading_prefix_cache=not read_cache)
-        outs = self.llm.generate([TokensPrompt(prompt_token_ids=s) for s in seqs], params, use_tqdm=False)
         results = []
-        for out, seq, p, c in zip(outs, seqs, prompts, completions):
-            plp = out.prompt_logprobs  # entry k: log-prob of token k given tokens < k (computed ones only)
-            skipped = len(seq) - len(plp)  # tokens read from the prefix cache have no entry
-            rows = [plp[len(p) + j - skipped] if len(p) + j - skipped >= 0 else None for j in range(len(c))]
-            results.append(None if any(r is None for r in rows) else [r[tok].logprob for r, tok in zip(rows, c)])
+        for out, p, c in zip(outs, prompts, completions):
+            plp = out.prompt_logprobs  # entry k is the log-prob of token k given tokens < k
+            results.append([plp[len(p) + j][tok].logprob for j, tok in enumerate(c)])
         return results
 
     def update_weights(self, named_tensors, version: int) -> int:
