@@ -104,7 +104,11 @@ def test_navigation_example_runs(ray_cluster, tiny_model_path, tmp_path, capsys)
 def test_custom_env_example_warm_starts_and_trains(ray_cluster, tiny_model_path, capsys):
     sys.path.insert(0, str(REPO / "examples"))
     import custom_env
+    from ray import cloudpickle
 
+    # run as a script the example's env class travels by value; imported here, by reference,
+    # and the cluster's workers cannot import examples/ — ship it by value as the script does
+    cloudpickle.register_pickle_by_value(custom_env)
     custom_env.main(["--model", tiny_model_path, "--engine", "hf", "--iterations", "1", "--warmup-sft", "4"])
     out = capsys.readouterr().out
     assert "warm start: 4 demonstrations (0 too long)" in out and "iter   1" in out and "p@1" in out
