@@ -93,9 +93,13 @@ class NavigationRules:
 
     @staticmethod
     def _steps(messages: list[dict], actions: list) -> list[tuple[int, dict]]:
-        """(message index, parsed turn) per assistant turn, from the text as written."""
+        """(message index, parsed turn) per assistant turn of the episode, from the text as
+        written. With ``actions`` the episode's turns are the last ``len(actions)`` assistant
+        messages: an env's worked example before them is context, not a step."""
         steps = []
         assistant = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
+        if actions is not None:
+            assistant = assistant[len(assistant) - len(actions):] if actions else []
         for k, i in enumerate(assistant):
             action = actions[k] if actions is not None and k < len(actions) else messages[i]
             if isinstance(action, str):

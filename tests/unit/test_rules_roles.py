@@ -259,3 +259,17 @@ def test_minimal_edit_keeps_prose_and_other_calls(env):
     assert fixed["content"] == "好的，现在规划路线。"
     assert fixed["tool_calls"] == [{"name": "weather", "arguments": {"city": evidence["city"]}},
                                    {"name": "direction", "arguments": {**bad, "waypoints": args["waypoints"]}}]
+
+
+def test_a_worked_example_in_the_messages_is_not_a_step():
+    # in the actor graph the messages are those the policy saw: the env's worked example (an
+    # assistant turn) sits before the request; steps must still index the episode's turns
+    env = envs.make_env("Navigation-v0", {"split": "test", "language": "en"})
+    task_id = next(t for t in env.task_ids("test") if run_episode(env, NaiveAgent, t)[0] == 0.0)
+    _, info = env.reset(options={"task_id": task_id})
+    reward, _, messages = run_episode(env, NaiveAgent, task_id)
+    evidence, actions = env.reward_evidence(), list(env.actions)
+    seen = messages[:1] + info["demonstration"] + messages[1:]
+    plain, shown = RULES.validate(messages, actions, evidence), RULES.validate(seen, actions, evidence)
+    assert shown == plain and shown["step"] == len(actions) - 2
+    assert RULES.correct(seen, actions, evidence, shown) == RULES.correct(messages, actions, evidence, plain)
