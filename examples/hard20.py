@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from envs import make_env  # noqa: E402
 from rti_actors import RTIConfig  # noqa: E402
-from rti_actors.demonstrations import record_agent, write_jsonl  # noqa: E402
+from rti_actors.demonstrations import record_agent  # noqa: E402
 from rti_actors.metrics import format_table  # noqa: E402
 from rti_actors.reporting import progress_line, sft_line  # noqa: E402
 
@@ -126,10 +126,7 @@ def run(algo, a):
     rows = {"base": algo.evaluate(method="base")}
     print(f"base policy evaluated in {rows['base']['seconds']:.0f} s", flush=True)
     if a.warmup_sft:
-        demos = oracle_demonstrations(a)
-        write_jsonl(algo.run_dir / "demonstrations.jsonl", demos)
-        sft = algo.pretrain_sft(demos)
-        print(sft_line(sft), flush=True)
+        print(sft_line(algo.pretrain_sft(oracle_demonstrations(a))), flush=True)
         rows["SFT warm start"] = algo.evaluate(method="sft")
     for _ in range(a.iterations):
         print(progress_line(algo.train()), flush=True)

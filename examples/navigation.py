@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from envs import make_env  # noqa: E402
 from rti_actors import RTIConfig  # noqa: E402
-from rti_actors.demonstrations import record_agent, write_jsonl  # noqa: E402
+from rti_actors.demonstrations import record_agent  # noqa: E402
 from rti_actors.metrics import format_table  # noqa: E402
 from rti_actors.reporting import progress_line, sft_line  # noqa: E402
 
@@ -129,10 +129,7 @@ def run(algo, args):
     rec = (lambda name: algo.run_dir / f"eval-{name}.jsonl") if args.record_eval else (lambda name: None)
     rows = {"base": algo.evaluate(method="base", record_path=rec("base"))}
     if args.warmup_sft:
-        demos = oracle_demonstrations(args)
-        write_jsonl(algo.run_dir / "demonstrations.jsonl", demos)
-        sft = algo.pretrain_sft(demos)
-        print(sft_line(sft), flush=True)
+        print(sft_line(algo.pretrain_sft(oracle_demonstrations(args))), flush=True)
         rows["SFT warm start"] = algo.evaluate(method="sft", record_path=rec("sft"))
     for _ in range(args.iterations):
         print(progress_line(algo.train()), flush=True)

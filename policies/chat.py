@@ -39,6 +39,14 @@ TOOLS_PREAMBLE = (
 )
 
 
+def own_turn_positions(messages: list[dict], num_turns: int) -> list[int]:
+    """Indices of an episode's own assistant turns in the messages the policy saw: the last
+    ``num_turns`` assistant messages (``ChatRenderer.begin`` puts the env's worked example,
+    itself an assistant turn, before them)."""
+    pos = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
+    return pos[len(pos) - num_turns:] if num_turns else []
+
+
 @dataclass
 class TokenBuffer:
     """One trajectory's tokens and the per-token arrays beside them."""

@@ -22,7 +22,7 @@ import ray
 from envs.registry import get_creator
 from policies.models import load_model
 from rti_actors.config import ConfigError, RTIConfig
-from rti_actors.demonstrations import from_trajectory, read_jsonl, to_sample, write_jsonl
+from rti_actors.demonstrations import from_trajectory, reaching, read_jsonl, to_sample, write_jsonl
 from rti_actors.engine_actor import EngineActor, EnginePool
 from rti_actors.engine_chat import resolve_env_config
 from rti_actors.env_runner import EnvRunner
@@ -164,11 +164,11 @@ class Algorithm:
         sampling = self._sampling(temperature=e["temperature"])
         t0 = time.perf_counter()
         trajectories = self._sample(specs, sampling)
+        env = self.config["environment"]["env"]
+        env_name = env if isinstance(env, str) else "custom"
         if record_path is not None:
-            env = self.config["environment"]["env"]
-            write_jsonl(record_path, [from_trajectory(t, env if isinstance(env, str) else "custom",
-                                                      source=f"policy-v{self.version}") for t in trajectories],
-                        append=True)
+            write_jsonl(record_path, [from_trajectory(t, env_name, source=f"policy-v{self.version}")
+                                      for t in trajectories], append=True)
         successes: dict[str, list[bool]] = {}
         for tr in trajectories:
             successes.setdefault(tr["task_id"], []).append(tr["reward"] >= 1.0)
@@ -179,9 +179,8 @@ class Algorithm:
         partial = [p for p in partial if isinstance(p, (int, float))]
         if partial:
             summary["mean_checks_met"] = float(np.mean(partial))
-        env = self.config["environment"]["env"]
         label = method or f"{self.config['training']['algorithm']} (iter {self.iteration})"
-        summary["table"] = format_table({label: {env if isinstance(env, str) else "env": summary}})
+        summary["table"] = format_table({label: {env_name: summary}})
         summary["seconds"] = time.perf_counter() - t0
         summary["split"] = split
         self.reporter.log("eval", self.iteration, {k: v for k, v in summary.items() if k != "table"})
@@ -194,16 +193,16 @@ class Algorithm:
         Settings: ``.sft(lr, epochs, batch_size, min_reward, reset_optimizer)``."""
         s, max_len = self.config["sft"], self.config["policy"]["max_model_len"]
         t0 = time.perf_counter()
-        if isinstance(demonstrations, (str, os.PathLike)):
-            records = read_jsonl(demonstrations, s["min_reward"])
-        else:
-            records = [r for r in demonstrations if s["min_reward"] is None or float(r.get("reward", 0)) >= s["min_reward"]]
+        records = reaching(read_jsonl(demonstrations) if isinstance(demonstrations, (str, os.PathLike))
+                           else list(demonstrations), s["min_reward"])
         samples = [to_sample(self.renderer, r) for r in records]
         too_long = sum(len(x["ids"]) > max_len for x in samples)
+        kept = [r for r, x in zip(records, samples) if len(x["ids"]) <= max_len]
         samples = [{k: v for k, v in x.items() if k != "messages"} for x in samples if len(x["ids"]) <= max_len]
         if not samples:
             raise ValueError(f"no demonstration to train on: {len(records)} passed min_reward={s['min_reward']}, "
                              f"{too_long} of them longer than max_model_len={max_len}")
+        write_jsonl(self.run_dir / "demonstrations.jsonl", kept, append=True)  # what was trained on
         losses, tokens = [], 0
         bar = _progress(s["epochs"] * len(samples), self.interactive, "sft")
         for epoch in range(s["epochs"]):

@@ -34,6 +34,7 @@ from pathlib import Path
 from envs.base import play
 from envs.registry import make_env
 from envs.tool_calls import format_assistant_turn
+from policies.chat import own_turn_positions
 
 FIELDS = ("task_id", "env", "split", "messages", "tools", "demonstration", "reward", "source", "num_context_messages")
 
@@ -48,10 +49,10 @@ def record_agent(env_id, env_config: dict | None, task_ids: list[str], agent=Non
     name = env_id if isinstance(env_id, str) else getattr(env_id, "__name__", "custom")
     records = []
     for task_id in task_ids:
-        _, info0 = env.reset(options={"task_id": task_id})
         reward, _ = play(env, agent, task_id)
-        records.append({"task_id": task_id, "env": name, "split": split, "messages": env.unwrapped.messages,
-                        "tools": info0.get("tools") or [], "demonstration": info0.get("demonstration") or [],
+        e = env.unwrapped
+        records.append({"task_id": task_id, "env": name, "split": split, "messages": e.messages,
+                        "tools": e.tool_schemas(), "demonstration": list(e.task.demonstration),
                         "reward": reward, "source": source, "num_context_messages": None})
     return records
 
@@ -59,9 +60,11 @@ def record_agent(env_id, env_config: dict | None, task_ids: list[str], agent=Non
 def from_trajectory(trajectory: dict, env: str, source: str = "policy") -> dict:
     """A rollout of the library (an env runner's trajectory) as a record."""
     messages = trajectory["messages"]
-    turns = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
-    own = len(trajectory.get("actions", turns))  # the policy's turns are the last ones
-    context = turns[len(turns) - own] if own else len(messages)
+    if "actions" in trajectory:
+        own = own_turn_positions(messages, len(trajectory["actions"]))
+    else:
+        own = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+    context = own[0] if own else len(messages)
     return {"task_id": trajectory["task_id"], "env": env, "split": trajectory.get("split", ""),
             "messages": messages, "tools": [], "demonstration": [], "reward": float(trajectory["reward"]),
             "source": source, "num_context_messages": context}
@@ -88,9 +91,13 @@ def read_jsonl(path: str | Path, min_reward: float | None = None) -> list[dict]:
             except json.JSONDecodeError as e:
                 raise ValueError(f"{path}:{n}: not a JSON object ({e})") from None
             check_record(r, f"{path}:{n}")
-            if min_reward is None or float(r.get("reward", 0.0)) >= min_reward:
-                records.append(r)
-    return records
+            records.append(r)
+    return reaching(records, min_reward)
+
+
+def reaching(records: list[dict], min_reward: float | None) -> list[dict]:
+    """The records whose reward is at least ``min_reward`` (all of them for None)."""
+    return [r for r in records if min_reward is None or float(r.get("reward", 0.0)) >= min_reward]
 
 
 def check_record(r: dict, where: str = "record") -> None:

@@ -26,6 +26,7 @@ import numpy as np
 import ray
 
 from envs.tool_calls import parse_tool_calls
+from policies.chat import own_turn_positions
 from rti_actors.env_runner import request_seed
 from rti_actors.groups import assemble
 from rti_actors.gate import passes_gate, perplexity, token_weights
@@ -45,10 +46,8 @@ def progress(t: dict) -> float:
 
 
 def assistant_positions(t: dict) -> list[int]:
-    """Indices in ``t["messages"]`` of the episode's own assistant turns (the last
-    ``num_turns`` assistant messages: a demonstration before them is context)."""
-    pos = [i for i, m in enumerate(t["messages"]) if m["role"] == "assistant"]
-    return pos[len(pos) - t["num_turns"]:] if t["num_turns"] else []
+    """Indices in ``t["messages"]`` of the episode's own assistant turns."""
+    return own_turn_positions(t["messages"], t["num_turns"])
 
 
 # every per-stage counter, reported (as rti/<name>) even when it stayed at 0

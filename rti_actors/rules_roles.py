@@ -31,6 +31,7 @@ import re
 
 from envs.navigation.geo import AmapError, haversine_m, parse_lonlat
 from envs.tool_calls import format_assistant_turn, parse_tool_calls
+from policies.chat import own_turn_positions
 from rti_actors.verifier_checks import grounding_text
 
 _PAIR = re.compile(r"-?\d{1,3}\.\d+\s*,\s*-?\d{1,3}\.\d+")
@@ -99,7 +100,7 @@ class NavigationRules:
         steps = []
         assistant = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
         if actions is not None:
-            assistant = assistant[len(assistant) - len(actions):] if actions else []
+            assistant = own_turn_positions(messages, len(actions))
         for k, i in enumerate(assistant):
             action = actions[k] if actions is not None and k < len(actions) else messages[i]
             if isinstance(action, str):
