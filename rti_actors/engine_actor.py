@@ -2,54 +2,133 @@
 
 An ``EngineActor`` owns one engine (vLLM or transformers) and serves ``generate``,
 ``score`` and ``update_weights``. Rollouts, intervention roles and the PPL gate all call
-the same actors, so they always see the same weights version. Ray calls to one actor run
-one at a time, which is what the vLLM engine's scoring relies on.
+the same actors, so they always see the same weights version.
+
+It is an async actor so that requests from many callers meet: ``generate`` calls that
+arrive while the engine is busy (or within ``merge_window_s`` of an idle engine) and have
+the same sampling settings become one engine call, so two env runners with four episodes
+each cost one batch of eight, not two batches of four. Every prompt carries its own seed
+(an explicit one, ``sampling["seed"] + i``, or a fresh random one), so a request samples
+the same tokens whatever it is merged with. The engine itself lives on one worker thread:
+calls reach it one at a time, in arrival order, which is what the vLLM engine's scoring
+and the weight updates rely on.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import json
+import random
+from concurrent.futures import ThreadPoolExecutor
 
 import ray
 
 from policies.engines import SamplingParams, make_engine
+from policies.engines.base import check_prompts
+
+
+def explicit_seeds(n: int, sampling: dict, seeds: list[int] | None, rng: random.Random) -> list[int]:
+    """One seed per prompt: the caller's, else ``sampling["seed"] + i``, else random."""
+    if seeds is not None:
+        if len(seeds) != n:
+            raise ValueError(f"generate got {n} prompts but {len(seeds)} seeds; pass one seed per prompt")
+        return [int(s) for s in seeds]
+    if sampling.get("seed") is not None:
+        return [int(sampling["seed"]) + i for i in range(n)]
+    return [rng.getrandbits(63) for _ in range(n)]
 
 
 class EngineActor:
-    def __init__(self, kind: str, model_path: str, engine_kwargs: dict):
-        self.engine = make_engine(kind, model_path, **engine_kwargs)
+    def __init__(self, kind: str, model_path: str, engine_kwargs: dict, merge_window_s: float = 0.005):
+        # The engine is built on its worker thread too: a second thread doing torch work
+        # starts a second OpenMP team, and on a small CPU the two teams' spinning threads
+        # cost ~25% of generation speed.
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
+        self.engine = self._worker.submit(make_engine, kind, model_path, **engine_kwargs).result()
+        self.merge_window_s = merge_window_s
+        self._rng = random.Random()
+        self._pending: dict[str, list] = {}  # sampling key -> [(prompts, seeds, future)]
+        self._drainer: asyncio.Task | None = None
+        self.stats = {"generate_requests": 0, "generate_engine_calls": 0, "prompts": 0}
 
-    def generate(self, prompts: list[list[int]], sampling: dict, seeds: list[int] | None = None) -> list[dict]:
-        gens = self.engine.generate(prompts, SamplingParams(**sampling), seeds=seeds)
-        return [g.__dict__ for g in gens]
+    async def _run(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self._worker, fn, *args)
 
-    def score(self, prompts: list[list[int]], completions: list[list[int]], temperature: float) -> list[list[float]]:
-        return self.engine.score(prompts, completions, temperature)
+    # ---- generation: concurrent requests with equal settings become one engine call ---------
+    async def generate(self, prompts: list[list[int]], sampling: dict, seeds: list[int] | None = None) -> list[dict]:
+        if not prompts:
+            return []
+        SamplingParams(**sampling)  # a bad setting or prompt fails this caller only, not its batch
+        check_prompts(prompts, self.engine.max_model_len)
+        seeds = explicit_seeds(len(prompts), sampling, seeds, self._rng)
+        key = json.dumps({k: v for k, v in sampling.items() if k != "seed"}, sort_keys=True, default=str)
+        fut = asyncio.get_running_loop().create_future()
+        self._pending.setdefault(key, []).append((list(prompts), seeds, fut))
+        self.stats["generate_requests"] += 1
+        if self._drainer is None:
+            self._drainer = asyncio.create_task(self._drain())
+        return await fut
 
-    def update_weights(self, named_tensors, version: int) -> int:
-        return self.engine.update_weights(named_tensors, version)
+    async def _drain(self):
+        try:
+            await asyncio.sleep(self.merge_window_s)  # let callers that arrive together meet
+            while self._pending:
+                key = next(iter(self._pending))
+                batch = self._pending.pop(key)
+                await self._generate_batch(json.loads(key), batch)
+        finally:
+            self._drainer = None
 
-    def init_weight_sync(self, host: str, port: int, rank: int, world_size: int, backend: str) -> bool:
+    async def _generate_batch(self, sampling: dict, batch: list):
+        prompts = [p for b in batch for p in b[0]]
+        seeds = [s for b in batch for s in b[1]]
+        self.stats["generate_engine_calls"] += 1
+        self.stats["prompts"] += len(prompts)
+        try:
+            gens = await self._run(self.engine.generate, prompts, SamplingParams(**sampling), seeds)
+        except Exception as e:  # every caller in the batch learns about the failure
+            for *_, fut in batch:
+                if not fut.done():
+                    fut.set_exception(e)
+            return
+        start = 0
+        for p, _, fut in batch:
+            if not fut.done():
+                fut.set_result([g.__dict__ for g in gens[start:start + len(p)]])
+            start += len(p)
+
+    # ---- everything else goes to the engine thread in arrival order -------------------------
+    async def score(self, prompts: list[list[int]], completions: list[list[int]], temperature: float) -> list[list[float]]:
+        return await self._run(self.engine.score, prompts, completions, temperature)
+
+    async def update_weights(self, named_tensors, version: int) -> int:
+        return await self._run(self.engine.update_weights, named_tensors, version)
+
+    async def init_weight_sync(self, host: str, port: int, rank: int, world_size: int, backend: str) -> bool:
         """Join the learner's weight group (``rti_actors.weight_sync``) as ``rank``."""
         from rti_actors.weight_sync import init_group
-        self._weight_group = init_group(host, port, rank, world_size, backend)
+        self._weight_group = await self._run(init_group, host, port, rank, world_size, backend)
         return True
 
-    def receive_weights(self, meta: list, version: int) -> int:
+    async def receive_weights(self, meta: list, version: int) -> int:
         """Receive a broadcast of the learner's weights and install them as ``version``."""
         import torch
 
         from rti_actors.weight_sync import receive
         device = "cuda" if torch.cuda.is_available() else "cpu"
-        return self.engine.update_weights(receive(self._weight_group, meta, device), version)
+        return await self._run(lambda: self.engine.update_weights(receive(self._weight_group, meta, device), version))
 
-    def version(self) -> int:
+    async def version(self) -> int:
         return self.engine.version
 
-    def max_model_len(self) -> int:
+    async def max_model_len(self) -> int:
         return self.engine.max_model_len
 
-    def ping(self) -> bool:
+    async def get_stats(self) -> dict:
+        return dict(self.stats)
+
+    async def ping(self) -> bool:
         return True
 
 

@@ -1,0 +1,85 @@
+"""The engine actor merges concurrent ``generate`` calls without changing their results."""
+
+import random
+
+import pytest
+import ray
+
+from policies.engines import PromptTooLongError
+from rti_actors.engine_actor import EngineActor, explicit_seeds
+
+GREEDY = {"max_tokens": 6, "temperature": 0.0}
+
+
+def _actor(path, window):
+    actor = ray.remote(EngineActor).options(num_cpus=0).remote("hf", path, {"dtype": "float32", "max_model_len": 64},
+                                                              merge_window_s=window)
+    ray.get(actor.ping.remote())
+    return actor
+
+
+@pytest.fixture(scope="module")
+def merged(ray_cluster, tiny_model_path):
+    actor = _actor(tiny_model_path, 0.5)  # a wide window: calls sent together are sure to meet
+    yield actor
+    ray.kill(actor)
+
+
+def _tokens(gens):
+    return [g["token_ids"] for g in gens]
+
+
+def test_concurrent_requests_become_one_engine_call_with_unchanged_results(merged, tiny_model_path):
+    before = ray.get(merged.get_stats.remote())
+    refs = [merged.generate.remote(ps, GREEDY, [7] * len(ps))
+            for ps in ([[1, 2, 3, 4]], [[5, 6, 7], [8, 9]], [[10, 11, 12]])]
+    together = ray.get(refs)
+    after = ray.get(merged.get_stats.remote())
+    assert after["generate_requests"] - before["generate_requests"] == 3
+    assert after["generate_engine_calls"] - before["generate_engine_calls"] == 1
+    assert [len(t) for t in together] == [1, 2, 1]  # each caller gets its own prompts back, in order
+
+    alone = _actor(tiny_model_path, 0.0)
+    try:
+        for ps, got in zip(([[1, 2, 3, 4]], [[5, 6, 7], [8, 9]], [[10, 11, 12]]), together):
+            assert _tokens(ray.get(alone.generate.remote(ps, GREEDY, [7] * len(ps)))) == _tokens(got)
+    finally:
+        ray.kill(alone)
+
+
+def test_different_sampling_settings_are_not_merged(merged):
+    before = ray.get(merged.get_stats.remote())
+    a = merged.generate.remote([[1, 2, 3]], GREEDY)
+    b = merged.generate.remote([[1, 2, 3]], {**GREEDY, "max_tokens": 3})
+    c = merged.generate.remote([[4, 5, 6]], {**GREEDY, "seed": 11})  # the seed is per prompt: merges with a
+    _, gb, _ = ray.get([a, b, c])
+    after = ray.get(merged.get_stats.remote())
+    assert after["generate_engine_calls"] - before["generate_engine_calls"] == 2
+    assert len(gb[0]["token_ids"]) <= 3
+
+
+def test_a_bad_request_fails_alone(merged):
+    good = merged.generate.remote([[1, 2, 3]], GREEDY)
+    too_long = merged.generate.remote([list(range(1, 70))], GREEDY)
+    bad_sampling = merged.generate.remote([[1, 2, 3]], {**GREEDY, "temperature": -1})
+    assert len(ray.get(good)[0]["token_ids"]) > 0
+    with pytest.raises(PromptTooLongError):
+        try:
+            ray.get(too_long)
+        except ray.exceptions.RayTaskError as e:
+            raise e.as_instanceof_cause()
+    with pytest.raises(ValueError, match="temperature"):
+        try:
+            ray.get(bad_sampling)
+        except ray.exceptions.RayTaskError as e:
+            raise e.as_instanceof_cause()
+
+
+def test_explicit_seeds():
+    rng = random.Random(0)
+    assert explicit_seeds(2, {}, [5, 6], rng) == [5, 6]
+    assert explicit_seeds(3, {"seed": 10}, None, rng) == [10, 11, 12]
+    unseeded = explicit_seeds(3, {}, None, rng)
+    assert len(set(unseeded)) == 3 and unseeded != explicit_seeds(3, {}, None, rng)
+    with pytest.raises(ValueError, match="one seed per prompt"):
+        explicit_seeds(2, {}, [1], rng)
