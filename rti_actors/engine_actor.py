@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import random
 from concurrent.futures import ThreadPoolExecutor
 
@@ -48,7 +47,7 @@ class EngineActor:
         self.engine = self._worker.submit(make_engine, kind, model_path, **engine_kwargs).result()
         self.merge_window_s = merge_window_s
         self._rng = random.Random()
-        self._pending: dict[str, list] = {}  # sampling key -> [(prompts, seeds, future)]
+        self._pending: dict[str, tuple] = {}  # repr(params) -> (params, [(prompts, seeds, future)])
         self._drainer: asyncio.Task | None = None
         self.stats = {"generate_requests": 0, "generate_engine_calls": 0, "prompts": 0}
 
@@ -59,12 +58,12 @@ class EngineActor:
     async def generate(self, prompts: list[list[int]], sampling: dict, seeds: list[int] | None = None) -> list[dict]:
         if not prompts:
             return []
-        SamplingParams(**sampling)  # a bad setting or prompt fails this caller only, not its batch
+        # a bad setting or prompt fails this caller only, not the batch it would join
+        params = SamplingParams(**{**sampling, "seed": None})  # seeds are per prompt from here on
         check_prompts(prompts, self.engine.max_model_len)
         seeds = explicit_seeds(len(prompts), sampling, seeds, self._rng)
-        key = json.dumps({k: v for k, v in sampling.items() if k != "seed"}, sort_keys=True, default=str)
         fut = asyncio.get_running_loop().create_future()
-        self._pending.setdefault(key, []).append((list(prompts), seeds, fut))
+        self._pending.setdefault(repr(params), (params, []))[1].append((list(prompts), seeds, fut))
         self.stats["generate_requests"] += 1
         if self._drainer is None:
             self._drainer = asyncio.create_task(self._drain())
@@ -74,19 +73,18 @@ class EngineActor:
         try:
             await asyncio.sleep(self.merge_window_s)  # let callers that arrive together meet
             while self._pending:
-                key = next(iter(self._pending))
-                batch = self._pending.pop(key)
-                await self._generate_batch(json.loads(key), batch)
+                params, batch = self._pending.pop(next(iter(self._pending)))
+                await self._generate_batch(params, batch)
         finally:
             self._drainer = None
 
-    async def _generate_batch(self, sampling: dict, batch: list):
+    async def _generate_batch(self, params: SamplingParams, batch: list):
         prompts = [p for b in batch for p in b[0]]
         seeds = [s for b in batch for s in b[1]]
         self.stats["generate_engine_calls"] += 1
         self.stats["prompts"] += len(prompts)
         try:
-            gens = await self._run(self.engine.generate, prompts, SamplingParams(**sampling), seeds)
+            gens = await self._run(self.engine.generate, prompts, params, seeds)
         except Exception as e:  # every caller in the batch learns about the failure
             for *_, fut in batch:
                 if not fut.done():

@@ -9,6 +9,7 @@ from policies.engines import PromptTooLongError
 from rti_actors.engine_actor import EngineActor, explicit_seeds
 
 GREEDY = {"max_tokens": 6, "temperature": 0.0}
+REQUESTS = ([[1, 2, 3, 4]], [[5, 6, 7], [8, 9]], [[10, 11, 12]])  # prompts per caller
 
 
 def _actor(path, window):
@@ -31,8 +32,7 @@ def _tokens(gens):
 
 def test_concurrent_requests_become_one_engine_call_with_unchanged_results(merged, tiny_model_path):
     before = ray.get(merged.get_stats.remote())
-    refs = [merged.generate.remote(ps, GREEDY, [7] * len(ps))
-            for ps in ([[1, 2, 3, 4]], [[5, 6, 7], [8, 9]], [[10, 11, 12]])]
+    refs = [merged.generate.remote(ps, GREEDY, [7] * len(ps)) for ps in REQUESTS]
     together = ray.get(refs)
     after = ray.get(merged.get_stats.remote())
     assert after["generate_requests"] - before["generate_requests"] == 3
@@ -41,7 +41,7 @@ def test_concurrent_requests_become_one_engine_call_with_unchanged_results(merge
 
     alone = _actor(tiny_model_path, 0.0)
     try:
-        for ps, got in zip(([[1, 2, 3, 4]], [[5, 6, 7], [8, 9]], [[10, 11, 12]]), together):
+        for ps, got in zip(REQUESTS, together):
             assert _tokens(ray.get(alone.generate.remote(ps, GREEDY, [7] * len(ps)))) == _tokens(got)
     finally:
         ray.kill(alone)
