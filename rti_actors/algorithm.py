@@ -68,6 +68,8 @@ class Algorithm:
         p, r = c["policy"], c["env_runners"]
         dtype = p["dtype"] or ("bfloat16" if p["engine"] == "vllm" else "float32")
         engine_kwargs = {"dtype": dtype, "max_model_len": p["max_model_len"], **p["engine_kwargs"]}
+        # weights are published in the engines' dtype when it is 16-bit (they cast to it anyway)
+        self._publish_dtype = engine_kwargs["dtype"] if engine_kwargs["dtype"] in ("bfloat16", "float16") else None
         engine_cls = ray.remote(EngineActor).options(
             num_cpus=r["num_cpus_per_engine"], num_gpus=r["num_gpus_per_engine"],
             max_restarts=ft["max_restarts"], max_task_retries=ft["max_task_retries"],
@@ -374,7 +376,9 @@ class Algorithm:
                 print(f"[rti_actors] weight broadcast failed ({type(err).__name__}); using the object store",
                       file=sys.stderr)
                 self.weight_sync = "object_store"
-        weights = ray.put(ray.get(self.learner.get_weights.remote()))
+        # the learner's return value goes to the object store once and every engine reads it
+        # from there; the driver never holds a copy
+        weights = self.learner.get_weights.remote(self._publish_dtype)
         ray.get([e.update_weights.remote(weights, self.version) for e in self.engines])
 
     def _make_renderer(self):

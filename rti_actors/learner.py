@@ -14,6 +14,8 @@ every rank.
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import json
 import os
 import random
@@ -53,6 +55,26 @@ SAMPLE_KEYS = ("ids", "loss_mask", "behaviour_logprobs", "token_weight", "advant
 # fp16 is left out on purpose: it needs loss scaling, which the torch loop does not do.
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 _CHECKPOINT_TAG = "learner"
+
+
+def release_host_memory() -> None:
+    """Return the C allocator's free pages to the OS (glibc; elsewhere only a GC pass).
+
+    A CPU forward/backward over a few thousand tokens frees several GiB of activations, which
+    glibc keeps mapped for reuse: measured on SmolLM2 (bf16 autocast, 2 x 4200 tokens) a
+    learner held 8.8 GiB between steps and 2.1 GiB after a trim. On a shared CPU machine that
+    cached memory is what the engines and the weight copies of a publish are then short of.
+    """
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def host_rss_gib() -> float:
+    import psutil
+    return psutil.Process().memory_info().rss / 2**30
 
 
 def estimate_memory_gib(model_path: str, zero_stage: int = 0, dtype: str = "float32", world_size: int = 1) -> float:
@@ -348,11 +370,14 @@ class Learner:
         loss_sum, processed, n_samples, *summed = self._all_reduce(
             [loss_sum, float(sum(len(s["ids"]) for s in samples)), float(len(samples))]
             + [totals.get(k, 0.0) for k in keys])
+        if self.device.type == "cpu":
+            release_host_memory()
         seconds = time.perf_counter() - t0
         return {"loss": loss_sum, **finish_stats(dict(zip(keys, summed))), "grad_norm": grad_norm,
                 "num_tokens": int(tokens), "num_samples": int(n_samples), "num_micro_batches": len(groups),
                 "step": self.step, "lr": float(lr if lr is not None else self.optimizer.param_groups[0]["lr"]),
-                "seconds": seconds, "tokens_per_s": processed / seconds, "skipped": False}
+                "seconds": seconds, "tokens_per_s": processed / seconds, "skipped": False,
+                "host_rss_gib": host_rss_gib()}
 
     def _optimizer_step(self, lr: float | None = None) -> float:
         c = self.config
@@ -402,9 +427,11 @@ class Learner:
                 yield name, p.detach()
 
     @torch.no_grad()
-    def get_weights(self) -> dict[str, torch.Tensor]:
-        """Full weights as CPU tensors under HF parameter names (tied duplicates omitted)."""
-        return {name: t.to("cpu", copy=True) for name, t in self._full_params()}
+    def get_weights(self, dtype: str | None = None) -> dict[str, torch.Tensor]:
+        """Full weights as CPU tensors under HF parameter names (tied duplicates omitted);
+        ``dtype`` (e.g. "bfloat16" for a bf16 engine) casts them, halving what a publish moves."""
+        to = getattr(torch, dtype) if dtype else None
+        return {name: t.to("cpu", dtype=to, copy=True) for name, t in self._full_params()}
 
     # ---- broadcast weight sync (rti_actors.weight_sync) ---------------------------------
     def weight_sync_address(self) -> tuple[str, int]:

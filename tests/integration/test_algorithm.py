@@ -148,12 +148,16 @@ def test_bad_model_and_template_fail_at_build(ray_cluster, tiny_model_path, tmp_
         _config(str(bare), tmp_path).policy(fallback_chat_template=None).build()
 
 
-def test_broadcast_weight_sync_installs_the_learners_weights(ray_cluster, flat_model, tmp_path):
-    # gloo here; the same code path runs NCCL when learner and engines are on GPUs
+@pytest.mark.parametrize("weight_sync,dtype", [("broadcast", "float32"), ("object_store", "bfloat16")])
+def test_publish_installs_the_learners_weights(ray_cluster, flat_model, tmp_path, weight_sync, dtype):
+    # broadcast: gloo here; the same code path runs NCCL when learner and engines are on GPUs.
+    # object_store with a bf16 engine: the learner sends bf16 weights, which must equal the
+    # engine's own cast of the fp32 weights.
     from policies.engines import make_engine
-    algo = _config(flat_model, tmp_path, lr=1e-3).learners(weight_sync="broadcast").build()
+    algo = (_config(flat_model, tmp_path, lr=1e-3).policy(dtype=dtype)
+            .learners(weight_sync=weight_sync).build())
     try:
-        assert algo.weight_sync == "broadcast"
+        assert algo.weight_sync == weight_sync
         m = algo.train()
         assert not m["learner"].get("skipped") and ray.get([e.version.remote() for e in algo.engines]) == [1]
         exported = algo.export_policy(tmp_path / "exported")
@@ -161,8 +165,8 @@ def test_broadcast_weight_sync_installs_the_learners_weights(ray_cluster, flat_m
         served = ray.get(algo.engines[0].score.remote(prompts, completions, 1.0))
     finally:
         algo.stop()
-    learned = make_engine("hf", exported).score(prompts, completions, 1.0)
-    initial = make_engine("hf", flat_model).score(prompts, completions, 1.0)
+    learned = make_engine("hf", exported, dtype=dtype).score(prompts, completions, 1.0)
+    initial = make_engine("hf", flat_model, dtype=dtype).score(prompts, completions, 1.0)
     flat = lambda rows: [x for r in rows for x in r]  # noqa: E731
     assert flat(served) == pytest.approx(flat(learned), abs=1e-6)
     assert flat(served) != pytest.approx(flat(initial), abs=1e-6)  # the update moved the weights: the check can fail

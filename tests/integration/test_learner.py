@@ -191,6 +191,30 @@ def test_export_hf_loads_with_transformers(tiny_model_path, tmp_path):
     sample = make_batch(seed=6, n=1)[0]
     assert sequence_logprob(out, {}, sample)[1] == pytest.approx(
         sequence_logprob(tiny_model_path, weights, sample)[1], rel=1e-6)
+    bf16 = learner.get_weights("bfloat16")  # what a publish to a bf16 engine sends
+    assert all(t.dtype == torch.bfloat16 and torch.equal(t, weights[k].to(torch.bfloat16)) for k, t in bf16.items())
+
+
+_TRIM_PROBE = """
+import psutil, torch
+from rti_actors.learner import release_host_memory
+rss = lambda: psutil.Process().memory_info().rss / 2**20
+big = torch.empty(8 << 20, dtype=torch.uint8); del big  # raises glibc's dynamic mmap threshold
+keep, freed = [], []
+for _ in range(64):  # 256 MiB on the heap, each block pinned in place by a small live one
+    freed.append(torch.ones(4 << 20, dtype=torch.uint8)); keep.append(torch.ones(64, dtype=torch.uint8))
+del freed
+before = rss(); release_host_memory(); print(before - rss())
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="malloc_trim is glibc's")
+def test_release_host_memory_returns_freed_heap_to_the_os():
+    # a CPU learner calls this after every update: without it the freed activations of a
+    # long-context step stay resident (measured 8.8 GiB vs 2.1 GiB with SmolLM2)
+    out = subprocess.run([sys.executable, "-c", _TRIM_PROBE], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert float(out.stdout.split()[-1]) > 128  # MiB given back of the 256 freed
 
 
 def test_memory_estimate_counts_model_states(tiny_model_path):
