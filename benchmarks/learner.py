@@ -7,7 +7,9 @@ Every configuration trains on the same fixed synthetic batch (seeded random toke
 first quarter of each sequence is prompt, the rest carries loss; random advantages) for one
 warm-up step and ``--steps`` measured steps, each a full ``Learner.update`` (forward,
 backward, optimiser step). Each configuration runs in its own subprocess so peak memory
-(ru_maxrss, which includes loading the model) is its own. ``model_states_gib`` is
+(ru_maxrss, which includes loading the model) is its own; ``rss_after_step_gib`` is what the
+learner keeps resident between steps (it returns freed activations to the OS after each).
+``model_states_gib`` is
 ``estimate_memory_gib`` (parameters + gradients + Adam states, no activations).
 With one process ZeRO partitions nothing; stage 2 only adds the fp32 master copy DeepSpeed
 keeps beside the weights, so it should cost memory and a little time here.
@@ -73,6 +75,7 @@ def run_one(name: str, args) -> dict:
             "loss_tokens_per_s": round(metrics[0]["num_tokens"] / seconds, 1),
             "micro_batches": metrics[0]["num_micro_batches"],
             "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
+            "rss_after_step_gib": round(metrics[-1]["host_rss_gib"], 2),
             "model_states_gib": round(estimate_memory_gib(
                 path, CONFIGS[name].get("zero_stage", 0),
                 config["dtype"] if config["backend"] == "deepspeed" else "float32"), 2)}  # torch: fp32 states
@@ -110,7 +113,7 @@ def main():
         rows.append(json.loads(line[0][7:]))
         print(f"done {name}", file=sys.stderr, flush=True)
     cols = ["config", "dtype", "threads", "grad_ckpt", "init_s", "step_s", "tokens_per_s", "loss_tokens_per_s", "micro_batches",
-            "peak_rss_gib", "model_states_gib"]
+            "peak_rss_gib", "rss_after_step_gib", "model_states_gib"]
     print(" | ".join(f"{c:>17}" for c in cols))
     for r in rows:
         print(" | ".join(f"{str(r[c]):>17}" for c in cols))
