@@ -196,10 +196,13 @@ def test_export_hf_loads_with_transformers(tiny_model_path, tmp_path):
 
 
 _TRIM_PROBE = """
-import psutil, torch
+import ctypes, psutil, torch
 from rti_actors.learner import release_host_memory
 rss = lambda: psutil.Process().memory_info().rss / 2**20
-big = torch.empty(8 << 20, dtype=torch.uint8); del big  # raises glibc's dynamic mmap threshold
+libc = ctypes.CDLL("libc.so.6")
+# as after a learner's first steps: glibc serves blocks of a few MiB from its heap (not mmap)
+# and does not shrink the heap on free (M_MMAP_THRESHOLD = -3, M_TRIM_THRESHOLD = -1)
+assert libc.mallopt(-3, 64 << 20) and libc.mallopt(-1, 1 << 30)
 keep, freed = [], []
 for _ in range(64):  # 256 MiB on the heap, each block pinned in place by a small live one
     freed.append(torch.ones(4 << 20, dtype=torch.uint8)); keep.append(torch.ones(64, dtype=torch.uint8))
