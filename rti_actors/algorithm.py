@@ -68,8 +68,7 @@ class Algorithm:
         p, r = c["policy"], c["env_runners"]
         dtype = p["dtype"] or ("bfloat16" if p["engine"] == "vllm" else "float32")
         engine_kwargs = {"dtype": dtype, "max_model_len": p["max_model_len"], **p["engine_kwargs"]}
-        # weights are published in the engines' dtype when it is 16-bit (they cast to it anyway)
-        self._publish_dtype = engine_kwargs["dtype"] if engine_kwargs["dtype"] in ("bfloat16", "float16") else None
+        self.engine_dtype = engine_kwargs["dtype"]  # what the policy engines run (publish, role engine)
         engine_cls = ray.remote(EngineActor).options(
             num_cpus=r["num_cpus_per_engine"], num_gpus=r["num_gpus_per_engine"],
             max_restarts=ft["max_restarts"], max_task_retries=ft["max_task_retries"],
@@ -253,10 +252,9 @@ class Algorithm:
                 role_path = load_model(roles)
             except (ValueError, RuntimeError) as e:
                 raise ConfigError(f"interventions(roles={roles!r}): {e}") from None
-            dtype = p["dtype"] or ("bfloat16" if p["engine"] == "vllm" else "float32")
             handle = ray.remote(EngineActor).options(num_cpus=0, num_gpus=r["num_gpus_per_engine"],
                                                      runtime_env=threads_env(r["num_threads_per_engine"])).remote(
-                p["engine"], role_path, {"dtype": dtype, "max_model_len": p["max_model_len"]})
+                p["engine"], role_path, {"dtype": self.engine_dtype, "max_model_len": p["max_model_len"]})
             self.engines_extra.append(handle)
             provider, same_tokenizer = EnginePool([handle]), role_path == self.model_path
         ft = c["fault_tolerance"]
@@ -377,8 +375,8 @@ class Algorithm:
                       file=sys.stderr)
                 self.weight_sync = "object_store"
         # the learner's return value goes to the object store once and every engine reads it
-        # from there; the driver never holds a copy
-        weights = self.learner.get_weights.remote(self._publish_dtype)
+        # from there (the driver never holds a copy), in a 16-bit engine's dtype: it casts anyway
+        weights = self.learner.get_weights.remote(self.engine_dtype if self.engine_dtype in ("bfloat16", "float16") else None)
         ray.get([e.update_weights.remote(weights, self.version) for e in self.engines])
 
     def _make_renderer(self):

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import torch
 
 from rti_actors.losses import (GSPO_CLIP_EPS, add_stats, finish_stats, grpo_loss, gspo_loss, masked_token_logprobs,
@@ -70,11 +71,6 @@ def release_host_memory() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
         pass
-
-
-def host_rss_gib() -> float:
-    import psutil
-    return psutil.Process().memory_info().rss / 2**30
 
 
 def estimate_memory_gib(model_path: str, zero_stage: int = 0, dtype: str = "float32", world_size: int = 1) -> float:
@@ -377,7 +373,7 @@ class Learner:
                 "num_tokens": int(tokens), "num_samples": int(n_samples), "num_micro_batches": len(groups),
                 "step": self.step, "lr": float(lr if lr is not None else self.optimizer.param_groups[0]["lr"]),
                 "seconds": seconds, "tokens_per_s": processed / seconds, "skipped": False,
-                "host_rss_gib": host_rss_gib()}
+                "host_rss_gib": psutil.Process().memory_info().rss / 2**30}
 
     def _optimizer_step(self, lr: float | None = None) -> float:
         c = self.config
