@@ -80,6 +80,8 @@ def main(argv=None):
     ap.add_argument("--eval-tasks", type=int, default=None,
                     help="the first N test tasks (35 covers every waypoint-count x order-level cell once)")
     ap.add_argument("--eval-temperature", type=float, default=None, help="default: the rollout temperature")
+    ap.add_argument("--no-base-eval", action="store_true",
+                    help="skip the base row (e.g. when --model is a policy already evaluated in an earlier run)")
     ap.add_argument("--record-eval", action="store_true",
                     help="write every evaluation rollout to <run dir>/eval-<row>.jsonl (demonstration format)")
     ap.add_argument("--run-name", default=None)
@@ -127,7 +129,7 @@ def oracle_demonstrations(args) -> list[dict]:
 
 def run(algo, args):
     rec = (lambda name: algo.run_dir / f"eval-{name}.jsonl") if args.record_eval else (lambda name: None)
-    rows = {"base": algo.evaluate(method="base", record_path=rec("base"))}
+    rows = {} if args.no_base_eval else {"base": algo.evaluate(method="base", record_path=rec("base"))}
     if args.warmup_sft:
         print(sft_line(algo.pretrain_sft(oracle_demonstrations(args))), flush=True)
         rows["SFT warm start"] = algo.evaluate(method="sft", record_path=rec("sft"))

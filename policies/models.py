@@ -58,6 +58,14 @@ def load_model(name: str) -> str:
                      "model folder (with config.json and tokenizer files); no model hub is used.")
 
 
+def context_length(path: str | os.PathLike) -> int | None:
+    """The longest sequence a model folder's positions allow (``max_position_embeddings`` in
+    its config.json), or None when the config does not say."""
+    config = json.loads((Path(path) / "config.json").read_text())
+    value = config.get("max_position_embeddings") or config.get("text_config", {}).get("max_position_embeddings")
+    return int(value) if value else None
+
+
 def _gguf_path(name: str) -> Path:
     package, filename, requirement = BUILTIN_MODELS[name]
     spec = importlib.util.find_spec(package)  # locates the package without importing it

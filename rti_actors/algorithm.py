@@ -20,7 +20,7 @@ import numpy as np
 import ray
 
 from envs.registry import get_creator
-from policies.models import load_model
+from policies.models import context_length, load_model
 from rti_actors.config import ConfigError, RTIConfig
 from rti_actors.demonstrations import from_trajectory, reaching, read_jsonl, to_sample, write_jsonl
 from rti_actors.engine_actor import EngineActor, EnginePool
@@ -57,6 +57,11 @@ class Algorithm:
             self.model_path = load_model(c["policy"]["model"])
         except (ValueError, RuntimeError) as e:
             raise ConfigError(f"policy(model={c['policy']['model']!r}): {e}") from None
+        positions = context_length(self.model_path)
+        if positions is not None and c["policy"]["max_model_len"] > positions:
+            raise ConfigError(f"policy(max_model_len={c['policy']['max_model_len']}) is longer than the model's "
+                              f"{positions} positions (max_position_embeddings in {self.model_path}/config.json); "
+                              f"set max_model_len <= {positions}")
         self.renderer = self._make_renderer()
         self._check_memory()
         self.iteration = 0
@@ -104,7 +109,9 @@ class Algorithm:
             num_cpus=lc["num_cpus_per_learner"], num_gpus=lc["num_gpus_per_learner"],
             runtime_env=threads_env(lc["num_threads_per_learner"])).remote(self.model_path, learner_cfg)
         self.intervention = self._build_intervention() if t["algorithm"] == "rti" else None
-        ray.get([a.ping.remote() for a in self.runners + [self.learner]])
+        # every actor answers before build() returns: one that cannot start (an engine that
+        # refuses its settings, a model that does not fit) fails here, not an hour into a run
+        ray.get([a.ping.remote() for a in self.engines + self.runners + [self.learner]])
         self.weight_sync = self._init_weight_sync()
         self.train_ids = ray.get(self.runners[0].task_ids.remote("train"))
         if not self.train_ids:

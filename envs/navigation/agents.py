@@ -8,6 +8,10 @@ evidence), so their trajectories are valid training data.
   region, then reads the candidates carefully: it takes the one whose name is exactly the
   requested name and whose location is the annotated one. If that is not on the first page
   it searches around the annotated point. Then it plans the route in an allowed order.
+  With ``notes`` (the default) it thinks aloud the way a careful agent would, in a few
+  words before its calls: the visiting order it will follow, and each place's coordinates
+  as it picks them. A small model trained on these episodes makes each decision next to the
+  text it depends on (the candidate list, the request) instead of recalling it at the end.
 - ``NaiveAgent`` knows only the names (and, for the route, an allowed order, so that only
   place resolution is tested). It searches each name — nationwide by default, or with the
   city when ``qualified`` — and takes the first hit.
@@ -32,31 +36,62 @@ def _last_tool_json(observation: list[dict]) -> dict | None:
     return None
 
 
+def mention_order(text: str, names: list[str]) -> list[str]:
+    """``names`` in the order of their last mention in ``text``: a request lists the stops,
+    then says how they may be ordered ("First A and B (in any order), then C"), and the
+    later mention is the one to follow. An occurrence inside a longer name's occurrence
+    (龙潭广场 in 龙潭广场停车场) does not count; a name never mentioned goes last."""
+    taken = [False] * len(text)
+    position = {}
+    for name in sorted(names, key=len, reverse=True):
+        start = text.rfind(name)
+        while start >= 0 and any(taken[start:start + len(name)]):
+            start = text.rfind(name, 0, start + len(name) - 1)
+        if start >= 0:
+            taken[start:start + len(name)] = [True] * len(name)
+        position[name] = start if start >= 0 else len(text)
+    return sorted(names, key=lambda n: position[n])
+
+
+def _request(observation: list[dict]) -> str:
+    return next((m["content"] for m in reversed(observation) if m["role"] == "user"), "")
+
+
 class _ScriptedAgent:
-    """Resolve origin, waypoints (in an allowed order) and destination, then route, then answer."""
+    """Resolve origin, waypoints (in an allowed order) and destination, then route, then answer.
+
+    Inside each group of freely ordered waypoints it keeps the order in which the request
+    mentions them, so that the visiting order follows from what the agent was told."""
 
     def __init__(self, evidence: dict, language: str = "zh"):
         self.evidence, self.language = evidence, language
-        names = [w["name"] for w in evidence["waypoints"]]
-        order = [names.index(n) for group in evidence["allowed_orders"]["groups"] for n in group]
-        self.places = [evidence["origin"]] + [evidence["waypoints"][i] for i in order] + [evidence["destination"]]
+        self.places: list[dict] = []
         self.resolved: list[str | None] = []
         self.pending: str | None = None  # the tool whose answer the next turn reads
         self.routed = False
 
+    def plan(self, request: str) -> None:
+        evidence = self.evidence
+        by_name = {w["name"]: w for w in evidence["waypoints"]}
+        stops = [by_name[n] for group in evidence["allowed_orders"]["groups"] for n in mention_order(request, group)]
+        self.places = [evidence["origin"], *stops, evidence["destination"]]
+
     def act(self, observation: list[dict]) -> str:
+        if not self.places:
+            self.plan(_request(observation))
+            return self.say(self.plan_note(), self.search(self.places[0]))
         if self.pending is not None:
             call = self.read(_last_tool_json(observation))
             if call is not None:
                 return call
         if len(self.resolved) < len(self.places):
-            return self.search(self.places[len(self.resolved)])
+            return self.say(self.found_note(), self.search(self.places[len(self.resolved)]))
         if not self.routed:
             self.routed = True
             self.pending = None
             origin, *vias, destination = [r or "0,0" for r in self.resolved]
-            return format_tool_call("direction", {"origin": origin, "destination": destination,
-                                                  "mode": "driving", "waypoints": ";".join(vias)})
+            return self.say(self.found_note(), format_tool_call(
+                "direction", {"origin": origin, "destination": destination, "mode": "driving", "waypoints": ";".join(vias)}))
         route = _last_tool_json(observation) or {}
         km, minutes = int(route.get("distance") or 0) / 1000, int(route.get("duration") or 0) // 60
         if self.language == "en":
@@ -69,8 +104,39 @@ class _ScriptedAgent:
     def read(self, answer: dict | None) -> str | None:
         raise NotImplementedError
 
+    # what the agent writes before its call; scripted agents that do not think aloud write nothing
+    def plan_note(self) -> str:
+        return ""
+
+    def found_note(self) -> str:
+        return ""
+
+    @staticmethod
+    def say(note: str, call: str) -> str:
+        return f"{note}\n{call}" if note else call
+
+
+_NOTES = {
+    "zh": {"plan": "到访顺序：{stops}。", "found": "{name}的坐标：{location}。", "arrow": " → "},
+    "en": {"plan": "Visiting order: {stops}.", "found": "{name} is at {location}.", "arrow": " -> "},
+}
+
 
 class OracleAgent(_ScriptedAgent):
+    def __init__(self, evidence: dict, language: str = "zh", notes: bool = True):
+        super().__init__(evidence, language)
+        self.notes = _NOTES[language] if notes else None
+
+    def plan_note(self) -> str:
+        if self.notes is None:
+            return ""
+        return self.notes["plan"].format(stops=self.notes["arrow"].join(p["name"] for p in self.places))
+
+    def found_note(self) -> str:
+        if self.notes is None or not self.resolved or self.resolved[-1] is None:
+            return ""
+        return self.notes["found"].format(name=self.places[len(self.resolved) - 1]["name"], location=self.resolved[-1])
+
     def search(self, place: dict) -> str:
         self.pending = "poi_search"
         return format_tool_call("poi_search", {"address": place["name"], "region": place["city"]})

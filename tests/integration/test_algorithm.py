@@ -146,6 +146,16 @@ def test_bad_model_and_template_fail_at_build(ray_cluster, tiny_model_path, tmp_
     (bare / "tokenizer_config.json").write_text(json.dumps(cfg))
     with pytest.raises(ConfigError, match="no chat template"):
         _config(str(bare), tmp_path).policy(fallback_chat_template=None).build()
+    # the tiny model has 4096 positions
+    with pytest.raises(ConfigError, match=r"max_model_len=8192\) is longer than the model's 4096 positions"):
+        _config(tiny_model_path, tmp_path).policy(max_model_len=8192).build()
+
+
+def test_an_engine_that_cannot_start_fails_build(ray_cluster, tiny_model_path, tmp_path):
+    # the engine actor's constructor raises: build() must say so instead of returning an
+    # algorithm whose first generate (or publish, after an hour of SFT) would fail
+    with pytest.raises(ray.exceptions.RayActorError, match="no_such_engine_option"):
+        _config(tiny_model_path, tmp_path).policy(engine_kwargs={"no_such_engine_option": 1}).build()
 
 
 @pytest.mark.parametrize("weight_sync,dtype", [("broadcast", "float32"), ("object_store", "bfloat16")])

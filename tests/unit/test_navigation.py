@@ -365,6 +365,52 @@ def test_oracle_solves_every_test_task_with_grounded_coordinates(env):
                 seen |= _coordinates_in(m["content"])
 
 
+def test_mention_order_follows_the_last_mention_and_skips_names_inside_longer_ones():
+    from envs.navigation.agents import mention_order
+    request = "I'd like to visit A馆, B园 and C寺. First C寺 and A馆 (in any order), then B园."
+    assert mention_order(request, ["A馆", "B园", "C寺"]) == ["C寺", "A馆", "B园"]
+    # 龙潭广场 inside 龙潭广场停车场 is not a mention of 龙潭广场
+    assert mention_order("去龙潭广场和龙潭广场停车场", ["龙潭广场停车场", "龙潭广场"]) == ["龙潭广场", "龙潭广场停车场"]
+    assert mention_order("去龙潭广场停车场和龙潭广场", ["龙潭广场", "龙潭广场停车场"]) == ["龙潭广场停车场", "龙潭广场"]
+    assert mention_order("nothing here", ["X", "Y"]) == ["X", "Y"]
+
+
+@pytest.mark.parametrize("language", ["en", "zh"])
+def test_oracle_notes_state_the_order_and_each_pick_and_the_route_follows_them(language):
+    env = NavigationEnv({"split": "test", "language": language, "page_size": 3, "poi_extensions": "base"})
+    checked_groups = 0
+    for task_id in env.task_ids("test")[:35]:  # one task per (waypoints, order level) cell
+        reward, _, messages = run_episode(env, OracleAgent, task_id)
+        assert reward == 1.0
+        spec = env.benchmark.tasks[task_id]
+        request = next(m["content"] for m in messages if m["role"] == "user")
+        turns = [m for m in messages if m["role"] == "assistant"]
+        searched = [c["arguments"]["address"] for m in turns for c in m.get("tool_calls") or [] if c["name"] == "poi_search"]
+        # the first turn announces every stop in the order the searches then follow
+        plan = turns[0]["content"]
+        assert [plan.index(n) for n in searched] == sorted(plan.index(n) for n in searched)
+        assert len(searched) == len(spec.waypoints) + 2
+        # each later turn notes the coordinates just picked, and the route uses exactly those
+        noted = re.findall(r"\d+\.\d+,\d+\.\d+", " ".join(m["content"] for m in turns[1:-1]))
+        route = next(c["arguments"] for m in turns for c in m.get("tool_calls") or [] if c["name"] == "direction")
+        assert noted == [route["origin"], *route["waypoints"].split(";"), route["destination"]]
+        # free order (level 0): the stops in the order the request lists them (which is shuffled)
+        if spec.level == 0:
+            assert searched[1:-1] == sorted((w.name for w in spec.waypoints), key=request.index)
+            checked_groups += 1
+        # a level-2 request ("First X and Y (in any order), then ..."): the group's sentence order is kept
+        if spec.level == 2:
+            first = [spec.waypoints[i].name for i in spec.groups[0]]
+            start = [request.find(w) for w in (("First",) if language == "en" else ("先把", "先去"))]
+            sentence = request[min(i for i in start if i >= 0):]
+            assert searched[1:1 + len(first)] == sorted(first, key=sentence.index)
+            checked_groups += 1
+    assert checked_groups >= 10
+    env.reset(options={"task_id": env.task_ids("test")[0]})
+    assert OracleAgent(env.reward_evidence(), language).act(env.messages).startswith(plan[:4])
+    assert OracleAgent(env.reward_evidence(), language, notes=False).act(env.messages).startswith("<tool_call>")
+
+
 def test_naive_first_hit_agent_fails_often(env):
     """Taking the first nationwide hit solves 16% of the test tasks at seed 0; taking the
     first hit of a city-qualified search 55%. Both bounds guard the traps' strength."""
