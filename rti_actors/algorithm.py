@@ -111,7 +111,11 @@ class Algorithm:
         self.intervention = self._build_intervention() if t["algorithm"] == "rti" else None
         # every actor answers before build() returns: one that cannot start (an engine that
         # refuses its settings, a model that does not fit) fails here, not an hour into a run
-        ray.get([a.ping.remote() for a in self.engines + self.runners + [self.learner]])
+        try:
+            ray.get([a.ping.remote() for a in self.engines + self.runners + [self.learner]])
+        except Exception:
+            self._kill_actors()  # the ones that did start hold CPUs and memory
+            raise
         self.weight_sync = self._init_weight_sync()
         self.train_ids = ray.get(self.runners[0].task_ids.remote("train"))
         if not self.train_ids:
@@ -311,6 +315,9 @@ class Algorithm:
         if self.config["reporting"]["plot"]:
             self.reporter.plot()
         self.reporter.close()
+        self._kill_actors()
+
+    def _kill_actors(self) -> None:
         extra = getattr(self, "role_actors", []) + [getattr(self, "gate", None)] + getattr(self, "engines_extra", [])
         for a in self.runners + self.engines + [self.learner, self.queue] + [a for a in extra if a is not None]:
             ray.kill(a, no_restart=True)

@@ -154,8 +154,17 @@ def test_bad_model_and_template_fail_at_build(ray_cluster, tiny_model_path, tmp_
 def test_an_engine_that_cannot_start_fails_build(ray_cluster, tiny_model_path, tmp_path):
     # the engine actor's constructor raises: build() must say so instead of returning an
     # algorithm whose first generate (or publish, after an hour of SFT) would fail
-    with pytest.raises(ray.exceptions.RayActorError, match="no_such_engine_option"):
+    import time
+    free = ray.available_resources().get("CPU", 0.0)
+    with pytest.raises(ray.exceptions.RayActorError, match="no_such_engine_option") as failure:
         _config(tiny_model_path, tmp_path).policy(engine_kwargs={"no_such_engine_option": 1}).build()
+    # the actors that did start (runners, learner) are gone, even while the traceback (which
+    # holds the half-built algorithm, as a notebook's last traceback does) is still alive
+    assert failure.tb is not None
+    deadline = time.time() + 30
+    while time.time() < deadline and ray.available_resources().get("CPU", 0.0) < free:
+        time.sleep(0.2)
+    assert ray.available_resources().get("CPU", 0.0) == pytest.approx(free)
 
 
 @pytest.mark.parametrize("weight_sync,dtype", [("broadcast", "float32"), ("object_store", "bfloat16")])
