@@ -60,9 +60,13 @@ def load_model(name: str) -> str:
 
 def context_length(path: str | os.PathLike) -> int | None:
     """The longest sequence a model folder's positions allow (``max_position_embeddings`` in
-    its config.json), or None when the config does not say."""
+    its config.json), or None when the config does not say or scales its RoPE (the engine
+    then decides: YaRN and friends extend the positions by their own rules)."""
     config = json.loads((Path(path) / "config.json").read_text())
-    value = config.get("max_position_embeddings") or config.get("text_config", {}).get("max_position_embeddings")
+    config = config.get("text_config") or config
+    if config.get("rope_scaling"):
+        return None
+    value = config.get("max_position_embeddings")
     return int(value) if value else None
 
 

@@ -5,7 +5,7 @@ import pytest
 from envs.tool_calls import format_assistant_turn
 from policies.chat import ChatRenderer
 from policies.engines import SamplingParams, make_engine
-from policies.models import BUILTIN_MODELS, is_model_folder, load_model
+from policies.models import BUILTIN_MODELS, context_length, is_model_folder, load_model
 
 pytestmark = pytest.mark.slow
 
@@ -28,6 +28,19 @@ def test_unknown_model_and_non_model_folder_errors(tmp_path):
         load_model("no-such-model")
     with pytest.raises(ValueError, match="not a Hugging Face model folder"):
         load_model(str(tmp_path))
+
+
+@pytest.mark.parametrize("config,positions", [
+    ({"max_position_embeddings": 8192}, 8192),                       # SmolLM2
+    ({"text_config": {"max_position_embeddings": 4096}}, 4096),      # a multimodal wrapper
+    ({"max_position_embeddings": 32768, "rope_scaling": {"type": "yarn", "factor": 4.0}}, None),  # the engine decides
+    ({}, None),
+])
+def test_context_length_reads_the_models_positions(tmp_path, config, positions):
+    import json
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert context_length(tmp_path) == positions
+    assert context_length(load_model("smollm2-135m-instruct")) == 8192
 
 
 def test_missing_package_error_says_how_to_install(monkeypatch):

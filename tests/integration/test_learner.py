@@ -362,6 +362,7 @@ def test_tool_results_carry_no_loss(tiny_model_path, tokenizer, nav_record, tmp_
     changed = copy.deepcopy(base)
     first = next(m for m in changed["messages"] if m["role"] == "assistant")
     first["tool_calls"][0]["arguments"]["address"] += " north gate"
+    first["content"] = "Let me look the places up one by one, starting where the trip starts."
     learner.load(tmp_path / "start")
     assert learner.update([_sample(tokenizer, changed)], "sft")["loss"] != pytest.approx(m1["loss"], rel=1e-5)
     assert _moved_differently(w1, learner.get_weights()) > 1e-2
