@@ -69,6 +69,7 @@ class _ScriptedAgent:
         self.resolved: list[str | None] = []
         self.pending: str | None = None  # the tool whose answer the next turn reads
         self.routed = False
+        self.notes: dict | None = None  # the wording of thinking aloud (see _NOTES), if it does
 
     def plan(self, request: str) -> None:
         evidence = self.evidence
@@ -104,12 +105,16 @@ class _ScriptedAgent:
     def read(self, answer: dict | None) -> str | None:
         raise NotImplementedError
 
-    # what the agent writes before its call; scripted agents that do not think aloud write nothing
+    # what the agent writes before its call: nothing unless it thinks aloud (``self.notes``)
     def plan_note(self) -> str:
-        return ""
+        if self.notes is None:
+            return ""
+        return self.notes["plan"].format(stops=self.notes["arrow"].join(p["name"] for p in self.places))
 
     def found_note(self) -> str:
-        return ""
+        if self.notes is None or not self.resolved or self.resolved[-1] is None:
+            return ""
+        return self.notes["found"].format(name=self.places[len(self.resolved) - 1]["name"], location=self.resolved[-1])
 
     @staticmethod
     def say(note: str, call: str) -> str:
@@ -126,16 +131,6 @@ class OracleAgent(_ScriptedAgent):
     def __init__(self, evidence: dict, language: str = "zh", notes: bool = True):
         super().__init__(evidence, language)
         self.notes = _NOTES[language] if notes else None
-
-    def plan_note(self) -> str:
-        if self.notes is None:
-            return ""
-        return self.notes["plan"].format(stops=self.notes["arrow"].join(p["name"] for p in self.places))
-
-    def found_note(self) -> str:
-        if self.notes is None or not self.resolved or self.resolved[-1] is None:
-            return ""
-        return self.notes["found"].format(name=self.places[len(self.resolved) - 1]["name"], location=self.resolved[-1])
 
     def search(self, place: dict) -> str:
         self.pending = "poi_search"
