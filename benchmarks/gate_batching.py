@@ -32,9 +32,9 @@ def main():
     ap.add_argument("--out", default="benchmarks/results/gate_batching.json")
     args = ap.parse_args()
     from policies.models import load_model
-    from rti_actors.algorithm import threads_env
+    from rti_actors.build import threads_env
     from rti_actors.engine_actor import EngineActor, EnginePool
-    from rti_actors.gate import PPLGate
+    from rti_actors.rti.gate import PPLGate
 
     path = load_model(args.model)
     ray.init(num_cpus=4, include_dashboard=False, logging_level="ERROR", log_to_driver=False)

@@ -24,7 +24,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import psutil  # noqa: E402
 
 
-
 class PeakMemory(threading.Thread):
     def __init__(self):
         super().__init__(daemon=True)
@@ -61,7 +60,7 @@ def main():
     ap.add_argument("--name", default=None)
     args = ap.parse_args()
     from rti_actors import RTIConfig
-    from rti_actors.intervention import STAGES
+    from rti_actors.rti.pipeline import STAGES
 
     name = args.name or f"{args.env}-{args.algorithm}" + (f"-{args.roles}" if args.algorithm == "rti" else "")
     mem = PeakMemory()

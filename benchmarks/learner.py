@@ -51,11 +51,11 @@ def synthetic_batch(seqs: int, seq_len: int, vocab: int, seed: int = 0) -> list[
 
 
 def run_one(name: str, args) -> dict:
-    from policies.models import load_model
-    from rti_actors.learner import Learner, estimate_memory_gib
+    import torch
     from transformers import AutoConfig
 
-    import torch
+    from policies.models import load_model
+    from rti_actors.learner import Learner, estimate_memory_gib
     if args.threads:
         torch.set_num_threads(args.threads)
     path = load_model(args.model)

@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import ray  # noqa: E402
 
 from envs import Task, ToolEnv  # noqa: E402
+from rti_actors.trajectory import EpisodeSpec  # noqa: E402
 
 
 class LatencyEnv(ToolEnv):
@@ -53,7 +54,7 @@ class LatencyEnv(ToolEnv):
 
 
 def _engine(model_path, kind):
-    from rti_actors.algorithm import threads_env
+    from rti_actors.build import threads_env
     from rti_actors.engine_actor import EngineActor
 
     kw = {"dtype": "bfloat16", "max_model_len": 2048} if kind == "vllm" else {"dtype": "float32"}
@@ -85,12 +86,12 @@ def part1(engine, model_path, max_tokens) -> dict:
     from rti_actors.env_runner import request_seed
     runners = _runners(engine, model_path, 2, 4, {"latency": 0.0, "turns": 1}, max_tokens)
     sampling = {"max_tokens": max_tokens, "temperature": 0.8}
-    specs = [{"task_id": f"t{i}", "sample_index": 0, "seed": 0, "round": 0} for i in range(8)]
+    specs = [EpisodeSpec(f"t{i}") for i in range(8)]
     _run(runners, specs, sampling)  # warm-up
     dt_graph, trajs = _run(runners, specs, sampling)
-    graph_tokens = sum(t["gen_tokens"] for t in trajs)
-    prompts = [t["ids"][:t["turn_spans"][0][0]] for t in trajs]
-    seeds = [request_seed(0, 0, t["task_id"], 0, 0) for t in trajs]
+    graph_tokens = sum(t.gen_tokens for t in trajs)
+    prompts = [t.ids[:t.turn_spans[0][0]] for t in trajs]
+    seeds = [request_seed(0, 0, t.task_id, 0, 0) for t in trajs]
     t0 = time.perf_counter()
     gens = ray.get(engine.generate.remote(prompts, sampling, seeds))
     dt_direct = time.perf_counter() - t0
@@ -106,7 +107,7 @@ def part2(engine, model_path, latency, turns, episodes) -> list[dict]:
     rows = []
     for n in (1, 2, 4):
         runners = _runners(engine, model_path, n, 2, {"latency": latency, "turns": turns}, 8)
-        specs = [{"task_id": f"t{i}", "sample_index": 0, "seed": 0, "round": 1} for i in range(episodes)]
+        specs = [EpisodeSpec(f"t{i}", 0, 0, 1) for i in range(episodes)]
         _run(runners, specs[:2], {"max_tokens": 8, "temperature": 0.8})  # warm-up
         before = ray.get(engine.get_stats.remote())
         dt, _ = _run(runners, specs, {"max_tokens": 8, "temperature": 0.8})

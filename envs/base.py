@@ -6,12 +6,26 @@ arguments, a Python callable) and implement four small hooks:
 
     task_ids(split)          -> list of task ids in a split
     load_task(task_id)       -> Task (system prompt, user request, tools)
-    compute_reward()         -> (reward, breakdown) at the end of an episode
+    compute_reward()         -> (reward, breakdown) at the end of an episode; the breakdown
+                                carries ``"progress"``, a float in [0, 1]
     reward_evidence()        -> privileged material for the RTI Validator (never observed)
 
-and optionally ``on_text_reply(content)`` for environments in which a plain-text assistant
-turn does not end the episode (e.g. a simulated user answers it), and ``oracle_agent()``
-for environments with a scripted solver (its episodes are demonstrations for a warm start).
+and optionally:
+
+    on_text_reply(content)   for environments in which a plain-text assistant turn does
+                             not end the episode (e.g. a simulated user answers it)
+    oracle_agent()           a scripted solver (its episodes are demonstrations for a
+                             warm start)
+    rti_rules()              a rule-based Validator/Corrector for RTI, or None (the
+                             default): ``validate`` returns a ``RuleVerdict``, ``correct``
+                             the fixed turn's text
+    verifier_facts()         ``VerifierFacts``: what the Verifier's grounding checks must
+                             know about this env's tool outputs
+
+An episode is a deterministic function of its config, task id and assistant turns
+(``self.actions``) unless the env says otherwise (an LLM user): replaying the turns on a
+fresh ``reset`` reproduces it, which is how RTI continues an episode from a mid-episode
+state.
 
 Messages are OpenAI-style dicts: ``{"role": "system"|"user"|"assistant"|"tool",
 "content": str}``; tool results carry ``"name"`` and ``"tool_call_id"``. The tool schemas
@@ -27,7 +41,7 @@ import copy
 import functools
 import json
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, TypedDict
 
 import gymnasium as gym
 import jsonschema
@@ -65,6 +79,44 @@ class Task:
     # Optional worked example (user request + assistant turn with a tool call) on a fixed
     # input unrelated to the task; chat renderers show it to small models as context.
     demonstration: list[dict] = field(default_factory=list)
+
+
+class RuleVerdict(TypedDict):
+    """What a rule provider's ``validate(messages, actions, evidence)`` returns for the
+    first derailing assistant turn of an episode (it returns None when there is none).
+    ``messages`` is the episode's message list, ``actions`` its assistant turns as given to
+    ``step`` and ``evidence`` is ``reward_evidence()``."""
+
+    step: int                # 0-based index of the derailing turn among ``actions``
+    is_valid: bool           # always False: a verdict names a wrong step
+    error_types: list[str]   # machine-readable kinds, e.g. "wrong_waypoint"
+    diagnosis: str           # what is wrong, in the request's language
+    suggest_next: str        # what the turn should do instead, without the gold answer
+
+
+class VerifierFacts(TypedDict):
+    """What the Verifier's deterministic checks need to know about an env's tool outputs.
+
+    A corrected step must not fake a tool result: a JSON object in its prose with one of
+    ``tool_output_keys`` (keys only this env's results have), or two of
+    ``tool_output_weak_keys`` (keys results share with ordinary data), is taken for one. A
+    "lon,lat" pair it states is grounded if the history shows one within
+    ``coordinate_tolerance_deg`` in both coordinates (0: only the same numbers)."""
+
+    tool_output_keys: list[str]
+    tool_output_weak_keys: list[str]
+    coordinate_tolerance_deg: float
+
+
+#: ``ToolEnv.verifier_facts()`` unless an env overrides it, for any env with JSON tool
+#: outputs: no env-specific keys; as weak keys the envelope JSON APIs wrap results in (two
+#: of them in prose look like a pasted response anywhere, one alone is ordinary); and no
+#: coordinate tolerance, so only the same numbers ground a "lon,lat" pair.
+DEFAULT_VERIFIER_FACTS: VerifierFacts = {
+    "tool_output_keys": [],
+    "tool_output_weak_keys": ["status", "info", "count", "data", "error", "errcode", "errmsg", "message"],
+    "coordinate_tolerance_deg": 0.0,
+}
 
 
 class ToolError(Exception):
@@ -134,6 +186,10 @@ class ToolEnv(gym.Env):
         raise NotImplementedError
 
     def compute_reward(self) -> tuple[float, dict]:
+        """(reward, breakdown) of the finished episode. The breakdown is free-form except
+        for one key: ``breakdown["progress"]``, a float in [0, 1], the fraction of the task
+        achieved (0 when nothing was, 1 when all of it was). RTI reads only this key to
+        pick which failed episodes of a group to correct first: the closest ones."""
         raise NotImplementedError
 
     def reward_evidence(self) -> dict:
@@ -155,6 +211,22 @@ class ToolEnv(gym.Env):
         model writes, given the messages ``reset``/``step`` just returned."""
         raise NotImplementedError(f"{type(self).__name__} has no scripted oracle; record demonstrations "
                                   "from another source (a stronger model, successful rollouts)")
+
+    def rti_rules(self):
+        """A rule-based Validator/Corrector for RTI (``roles="rules"``), or None when the
+        env has none. It is an object with
+
+            validate(messages, actions, evidence) -> RuleVerdict | None
+            correct(messages, actions, evidence, verdict) -> str
+
+        where ``correct`` returns the text of the corrected assistant turn
+        ``verdict["step"]`` in the agent's own syntax (prose and ``<tool_call>`` blocks)."""
+        return None
+
+    def verifier_facts(self) -> VerifierFacts:
+        """Facts about this env's tool outputs for the Verifier's checks on a corrected
+        step (``DEFAULT_VERIFIER_FACTS`` unless overridden)."""
+        return copy.deepcopy(DEFAULT_VERIFIER_FACTS)
 
     # ---- gymnasium API --------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -219,22 +291,6 @@ class ToolEnv(gym.Env):
             info["reward_breakdown"] = breakdown
         info["turns"] = self.turns
         return copy.deepcopy(new), float(reward), bool(episode_over), bool(truncated), info
-
-    # ---- replay (RTI continues episodes from a mid-episode state) ----------------------------
-    def snapshot(self) -> dict:
-        """What ``restore`` needs to rebuild the current state: the task and the turns."""
-        return {"task_id": self.task.task_id if self.task else None, "actions": copy.deepcopy(self.actions)}
-
-    def restore(self, task_id: str, actions: list) -> list[dict]:
-        """Reset to ``task_id`` and replay ``actions``; returns the full message history.
-        Exact for environments that are a pure function of (config, task, turns); one
-        whose state depends on something else (an LLM user) must override this."""
-        self.reset(options={"task_id": task_id})
-        for action in actions:
-            if self.done:
-                raise ValueError("the replayed actions run past the end of the episode")
-            self.step(action)
-        return copy.deepcopy(self.messages)
 
     def render(self):
         if self.render_mode == "ansi":

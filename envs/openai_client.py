@@ -1,7 +1,7 @@
 """One stdlib client for OpenAI-compatible ``/chat/completions`` servers.
 
 Used wherever a model outside the actor graph is asked something: τ²'s LLM user, Hard20's
-rubric judge, and the RTI roles of the "larger model" ablation (``rti_actors.roles``).
+rubric judge, and the RTI roles of the "larger model" ablation (``rti_actors.rti.roles``).
 ``envs`` owns it because environments may not import ``rti_actors``.
 
 The API key comes from ``api_key`` or the environment variable ``api_key_env``; it is sent

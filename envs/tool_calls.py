@@ -7,8 +7,9 @@ convention, which small instruct models follow well). This module owns that synt
 ``format_tool_calls`` writes calls back in exactly the form the parser reads (the RTI
 Corrector must emit the policy's own format).
 
-It lives in ``envs`` because environments speak tool calls (DESIGN.md: envs are
-model-agnostic, they never see tokens); ``policies`` imports it to render turns. Parsing
+It lives in ``envs`` because environments speak tool calls (envs are model-agnostic and
+never see tokens; docs/ARCHITECTURE.md, Dependency direction); ``policies`` imports it to
+render turns. Parsing
 never raises: a malformed call becomes a ``parse_error`` string that the environment shows
 to the agent as an error observation.
 """

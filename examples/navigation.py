@@ -10,7 +10,7 @@
         --engine vllm --num-engines 4 --num-env-runners 16 --iterations 200 --tasks-per-iteration 32 --gpu
 
     # warm start first: SFT on oracle demonstrations of easy training tasks, evaluate, then
-    # RL from the warm-started policy. The SmolLM2 warm start measured on this CPU (#8), in
+    # RL from the warm-started policy. The SmolLM2 warm start as run on a CPU, in
     # two stages of ~1.5 h each: 160 demonstrations of <= 4 waypoints, then 100 of <= 6
     # from the exported stage-1 policy; greedy p@1 on the first 35 test tasks 0 -> 11.4
     SMALL="--language en --page-size 3 --poi-extensions base --max-model-len 8192 --max-new-tokens 320

@@ -39,14 +39,6 @@ TOOLS_PREAMBLE = (
 )
 
 
-def own_turn_positions(messages: list[dict], num_turns: int) -> list[int]:
-    """Indices of an episode's own assistant turns in the messages the policy saw: the last
-    ``num_turns`` assistant messages (``ChatRenderer.begin`` puts the env's worked example,
-    itself an assistant turn, before them)."""
-    pos = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
-    return pos[len(pos) - num_turns:] if num_turns else []
-
-
 @dataclass
 class TokenBuffer:
     """One trajectory's tokens and the per-token arrays beside them."""
@@ -143,11 +135,11 @@ class ChatRenderer:
         worked example (if any) after it, and render the opening messages. Returns the
         message list as the model sees it and its buffer.
 
-        Why a demonstration: SmolLM2-135M almost never emits a tool call from schemas alone
-        (0/16 sampled turns on a one-tool weather task) but copies the syntax after one
-        natural example exchange (7/16). Placeholder examples ("<city>") did not help (0/16),
-        so the example comes from the environment, which knows its domain. It is context
-        (loss mask 0), on a fixed input unrelated to the task."""
+        Why a demonstration: a model as small as SmolLM2-135M almost never emits a tool call
+        from schemas alone, but it copies the syntax after one natural example exchange.
+        Placeholder examples ("<city>") do not teach it the syntax, so the example comes from
+        the environment, which knows its domain. It is context (loss mask 0), on a fixed
+        input unrelated to the task."""
         messages = [dict(m) for m in messages]
         if tools:
             if messages and messages[0]["role"] == "system":

@@ -10,9 +10,14 @@ from __future__ import annotations
 
 import copy
 import json
-import os
+from pathlib import Path
+
+from envs import list_envs
+from policies.engines import vllm_available
+from policies.models import BUILTIN_MODELS, is_model_folder
 
 ALGORITHMS = ("grpo", "gspo", "rti")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 DEFAULTS: dict[str, dict] = {
     "environment": {"env": None, "env_config": {}},
@@ -23,13 +28,15 @@ DEFAULTS: dict[str, dict] = {
                     "num_engines": 1, "num_cpus_per_engine": 0.5, "num_gpus_per_engine": 0,
                     "num_threads_per_engine": None},
     "training": {"algorithm": "grpo", "group_size": 8, "tasks_per_iteration": 4, "lr": 1e-6, "weight_decay": 0.1,
-                 "clip": 0.2, "gspo_clip": 4e-4, "micro_batch_tokens": 4096, "grad_clip": 1.0,
+                 # gspo_clip: [low, high] from the GSPO paper (Zheng et al., 2025), tiny because sequence
+                 # ratios are length-normalised; a list so that it survives JSON, a float = symmetric
+                 "clip": 0.2, "gspo_clip": [3e-4, 4e-4], "micro_batch_tokens": 4096, "grad_clip": 1.0,
                  "max_policy_lag": 0, "skip_zero_variance_groups": True},
     "learners": {"backend": "deepspeed", "zero_stage": 0, "num_cpus_per_learner": 0.5, "num_gpus_per_learner": 0,
                  "dtype": None, "num_threads_per_learner": None,
                  # "auto": broadcast (NCCL) when learner and engines are on GPUs, else the object store
                  "weight_sync": "auto"},
-    # RTI (used when training(algorithm="rti")); RTI_SPEC.md gives the sources of the defaults
+    # RTI (used when training(algorithm="rti")); docs/ALGORITHM.md gives the source of each default
     "interventions": {
         "roles": "self",            # "self" | "rules" | a local model folder | an http(s):// endpoint
         "ppl_threshold": 5.0,       # delta; 0 rejects all (= GRPO), inf accepts all (no gate)
@@ -65,7 +72,7 @@ class ConfigError(ValueError):
 
 
 class RTIConfig:
-    """Builder for a training run. See DESIGN.md for the API sketch."""
+    """Builder for a training run; the README and examples/ show it in use."""
 
     def __init__(self):
         self._cfg = copy.deepcopy(DEFAULTS)
@@ -98,7 +105,7 @@ class RTIConfig:
         return self._set("learners", **kwargs)
 
     def interventions(self, **kwargs) -> "RTIConfig":
-        """RTI settings (used when ``training(algorithm="rti")``); see RTI_SPEC.md."""
+        """RTI settings (used when ``training(algorithm="rti")``); see docs/ALGORITHM.md."""
         return self._set("interventions", **kwargs)
 
     def sft(self, **kwargs) -> "RTIConfig":
@@ -150,7 +157,6 @@ class RTIConfig:
     # ---- validation and build --------------------------------------------------------------
     def validate(self, available_cpus: float | None = None) -> None:
         """Raise ``ConfigError`` naming every problem found, each with what to change."""
-        from envs import list_envs
 
         c = self._cfg
         problems: list[str] = []
@@ -169,6 +175,10 @@ class RTIConfig:
             problems.append("tasks_per_iteration must be >= 1")
         if not (0 < t["clip"] < 1):
             problems.append(f"clip={t['clip']} must be in (0, 1)")
+        try:
+            gspo_clip_pair(t["gspo_clip"])
+        except ConfigError as e:
+            problems.append(str(e))
         if t["lr"] <= 0:
             problems.append(f"lr={t['lr']} must be > 0")
         if t["max_policy_lag"] < 0:
@@ -177,7 +187,6 @@ class RTIConfig:
         if p["engine"] not in ("vllm", "hf"):
             problems.append(f"unknown engine {p['engine']!r}: choose 'vllm' or 'hf' (transformers)")
         elif p["engine"] == "vllm":
-            from policies.engines import vllm_available
             if not vllm_available():
                 problems.append("engine='vllm' but vLLM is not installed: run scripts/setup.sh, or use engine='hf'")
         if p["temperature"] < 0:
@@ -198,7 +207,7 @@ class RTIConfig:
         elif lr["weight_sync"] == "broadcast" and bool(lr["num_gpus_per_learner"]) != bool(r["num_gpus_per_engine"]):
             problems.append("weight_sync='broadcast' needs the learner and the engines on the same kind of device "
                             "(both on GPUs: NCCL, or both on CPUs: gloo); use weight_sync='object_store'")
-        problems += _intervention_problems(c["interventions"], env)
+        problems += _intervention_problems(c["interventions"])
         sft = c["sft"]
         if not sft["lr"] > 0:
             problems.append(f"sft(lr={sft['lr']}) must be > 0")
@@ -208,6 +217,8 @@ class RTIConfig:
         e = c["evaluation"]
         if e["num_samples"] < 1:
             problems.append("evaluation num_samples must be >= 1")
+        if c["debugging"]["log_level"] not in LOG_LEVELS:
+            problems.append(f"debugging(log_level={c['debugging']['log_level']!r}): choose one of {list(LOG_LEVELS)}")
         if not problems and available_cpus is not None:
             need = (r["num_env_runners"] * r["num_cpus_per_env_runner"] + r["num_engines"] * r["num_cpus_per_engine"]
                     + lr["num_cpus_per_learner"])
@@ -229,19 +240,14 @@ class RTIConfig:
         self._frozen = True
 
 
-def _intervention_problems(iv: dict, env) -> list[str]:
-    from pathlib import Path
+def _intervention_problems(iv: dict) -> list[str]:
 
     problems = []
     roles = iv["roles"]
     if not isinstance(roles, str) or not roles:
-        problems.append("interventions(roles=...) must be 'self', 'rules', a local model folder or an http(s):// URL")
-    elif roles == "rules":
-        if env != "Navigation-v0":
-            problems.append(f"roles='rules' is the Navigation rule-based provider; env {env!r} needs roles='self', "
-                            "a model folder or an endpoint URL")
-    elif roles != "self" and not roles.startswith(("http://", "https://")):
-        from policies.models import BUILTIN_MODELS, is_model_folder
+        problems.append("interventions(roles=...) must be 'self', 'rules' (the env's rti_rules() hook), a local "
+                        "model folder or an http(s):// URL")
+    elif roles not in ("self", "rules") and not roles.startswith(("http://", "https://")):
         if roles not in BUILTIN_MODELS and not is_model_folder(Path(roles).expanduser()):
             problems.append(f"interventions(roles={roles!r}): not 'self', 'rules', an http(s):// endpoint, a built-in "
                             f"model {sorted(BUILTIN_MODELS)} or a local model folder with config.json")
@@ -258,3 +264,36 @@ def _intervention_problems(iv: dict, env) -> list[str]:
         if not isinstance(iv[key], int) or iv[key] < 1:
             problems.append(f"interventions({key}={iv[key]}) must be an integer >= 1")
     return problems
+
+
+def gspo_clip_pair(value, name: str = "training(gspo_clip=...)") -> tuple[float, float]:
+    """The GSPO clip as (low, high): a float is symmetric, a [low, high] pair is taken as is.
+
+    Raises ``ConfigError`` (a ``ValueError``) naming ``name`` for anything else, so the config's
+    validate() and the learner, which is also built directly from plain dicts, agree.
+    """
+    def ok(x) -> bool:
+        return isinstance(x, (int, float)) and not isinstance(x, bool) and 0 < x < 1
+
+    if ok(value):
+        return (float(value), float(value))
+    if isinstance(value, (list, tuple)) and len(value) == 2 and all(ok(x) for x in value):
+        return (float(value[0]), float(value[1]))
+    raise ConfigError(f"{name}: got {value!r}; give a float in (0, 1) for a symmetric clip or a [low, high] "
+                      "pair of them, e.g. [3e-4, 4e-4] (the GSPO paper's)")
+
+
+def learner_settings(config: RTIConfig) -> dict:
+    """The learner's settings (``rti_actors.learner.Learner``'s config dict) for a run.
+
+    Keys: algorithm, lr, weight_decay, clip_eps, gspo_clip_eps ((low, high)), temperature (the
+    rollout temperature the behaviour log-probs were taken at, so unchanged weights give ratio
+    1), zero_stage, micro_batch_tokens, grad_clip, seed, backend, dtype (None: bf16 on GPU,
+    fp32 on CPU). The learner's own defaults are this function applied to ``RTIConfig()``.
+    """
+    t, p, lc = config["training"], config["policy"], config["learners"]
+    return {"algorithm": t["algorithm"], "lr": t["lr"], "weight_decay": t["weight_decay"], "clip_eps": t["clip"],
+            "gspo_clip_eps": gspo_clip_pair(t["gspo_clip"]), "temperature": p["temperature"],
+            "zero_stage": lc["zero_stage"], "micro_batch_tokens": t["micro_batch_tokens"],
+            "grad_clip": t["grad_clip"], "seed": config["debugging"]["seed"], "backend": lc["backend"],
+            "dtype": lc["dtype"]}

@@ -34,7 +34,7 @@ from pathlib import Path
 from envs.base import play
 from envs.registry import make_env
 from envs.tool_calls import format_assistant_turn
-from policies.chat import own_turn_positions
+from envs.transcript import own_turn_positions
 
 FIELDS = ("task_id", "env", "split", "messages", "tools", "demonstration", "reward", "source", "num_context_messages")
 
@@ -57,16 +57,13 @@ def record_agent(env_id, env_config: dict | None, task_ids: list[str], agent=Non
     return records
 
 
-def from_trajectory(trajectory: dict, env: str, source: str = "policy") -> dict:
-    """A rollout of the library (an env runner's trajectory) as a record."""
-    messages = trajectory["messages"]
-    if "actions" in trajectory:
-        own = own_turn_positions(messages, len(trajectory["actions"]))
-    else:
-        own = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+def from_trajectory(trajectory, env: str, source: str = "policy") -> dict:
+    """A rollout of the library (an env runner's ``Trajectory``) as a record."""
+    messages = trajectory.messages
+    own = own_turn_positions(messages, trajectory.num_turns)
     context = own[0] if own else len(messages)
-    return {"task_id": trajectory["task_id"], "env": env, "split": trajectory.get("split", ""),
-            "messages": messages, "tools": [], "demonstration": [], "reward": float(trajectory["reward"]),
+    return {"task_id": trajectory.task_id, "env": env, "split": trajectory.split,
+            "messages": messages, "tools": [], "demonstration": [], "reward": float(trajectory.reward),
             "source": source, "num_context_messages": context}
 
 

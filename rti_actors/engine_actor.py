@@ -25,6 +25,7 @@ import ray
 
 from policies.engines import SamplingParams, make_engine
 from policies.engines.base import check_prompts
+from rti_actors.weight_sync import init_group, receive
 
 
 def explicit_seeds(n: int, sampling: dict, seeds: list[int] | None, rng: random.Random) -> list[int]:
@@ -42,7 +43,7 @@ class EngineActor:
     def __init__(self, kind: str, model_path: str, engine_kwargs: dict, merge_window_s: float = 0.005):
         # The engine is built on its worker thread too: a second thread doing torch work
         # starts a second OpenMP team, and on a small CPU the two teams' spinning threads
-        # cost ~25% of generation speed.
+        # compete for the same cores and slow generation down noticeably.
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
         self.engine = self._worker.submit(make_engine, kind, model_path, **engine_kwargs).result()
         self.merge_window_s = merge_window_s
@@ -105,7 +106,6 @@ class EngineActor:
 
     async def init_weight_sync(self, host: str, port: int, rank: int, world_size: int, backend: str) -> bool:
         """Join the learner's weight group (``rti_actors.weight_sync``) as ``rank``."""
-        from rti_actors.weight_sync import init_group
         self._weight_group = await self._run(init_group, host, port, rank, world_size, backend)
         return True
 
@@ -113,7 +113,6 @@ class EngineActor:
         """Receive a broadcast of the learner's weights and install them as ``version``."""
         import torch
 
-        from rti_actors.weight_sync import receive
         device = "cuda" if torch.cuda.is_available() else "cpu"
         return await self._run(lambda: self.engine.update_weights(receive(self._weight_group, meta, device), version))
 
@@ -131,13 +130,21 @@ class EngineActor:
 
 
 class EnginePool:
-    """Round-robin over engine actor handles; picklable, so env runners carry one."""
+    """Round-robin over engine actor handles; picklable, so env runners carry one.
 
-    def __init__(self, handles: list):
+    Every pickled copy (one per env runner, gate or role actor) starts its rotation at a
+    different engine, so callers that move in lockstep do not all land on the same one. A
+    random start (as gRPC clients use) would put two runners on the same one of two engines
+    half the time.
+    """
+
+    def __init__(self, handles: list, start: int = 0):
         if not handles:
             raise ValueError("an engine pool needs at least one engine actor")
         self.handles = list(handles)
-        self._next = itertools.count()
+        self._start = start
+        self._next = itertools.count(start)
+        self._copies = itertools.count(1)
 
     def pick(self):
         return self.handles[next(self._next) % len(self.handles)]
@@ -149,8 +156,32 @@ class EnginePool:
         return ray.get(self.pick().score.remote(prompts, completions, temperature))
 
     def __getstate__(self):
-        return {"handles": self.handles}
+        # Each copy takes the next start offset from the pool it is pickled from (Ray pickles
+        # an actor's arguments once per actor), so N runners over N engines start on N different
+        # engines, deterministically. A per-copy in-flight count would not help: a copy sees
+        # only its own calls, and its caller makes them one at a time.
+        return {"handles": self.handles, "start": self._start + next(self._copies)}
 
     def __setstate__(self, state):
-        self.handles = state["handles"]
-        self._next = itertools.count()
+        self.__init__(state["handles"], state.get("start", 0))
+
+
+class LocalEngines:
+    """An engine in this process behind the calls the actors make of a pool (``generate``,
+    ``score``) and of the gate (``score_many``, unbatched): the intervention's stages and an
+    env runner then run in one process, as the unit tests and single-process tools do.
+    ``temperature`` is the gate's: the rollout temperature the behaviour log-probs had."""
+
+    def __init__(self, engine, temperature: float = 1.0):
+        self.engine, self.temperature = engine, temperature
+
+    def generate(self, prompts, sampling: dict, seeds=None) -> list[dict]:
+        params = SamplingParams(**{**sampling, "seed": None})
+        seeds = explicit_seeds(len(prompts), sampling, seeds, random.Random())
+        return [g.__dict__ for g in self.engine.generate(prompts, params, seeds)]
+
+    def score(self, prompts, completions, temperature: float) -> list[list[float]]:
+        return self.engine.score(prompts, completions, temperature)
+
+    def score_many(self, requests: list[tuple[list[int], list[int]]]) -> list[list[float]]:
+        return self.score([c for c, _ in requests], [u for _, u in requests], self.temperature)

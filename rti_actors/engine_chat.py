@@ -13,10 +13,10 @@ changes as the policy trains); a separate engine actor over a model folder stays
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 
 import ray
 
+from policies.chat import CHATML_TEMPLATE
 from rti_actors.engine_actor import EnginePool
 from rti_actors.env_runner import request_seed
 
@@ -54,7 +54,6 @@ class EngineChat:
         return self([{"role": "user", "content": prompt}])
 
     def _prompt_ids(self, tok, messages: list[dict]) -> list[int]:
-        from policies.chat import CHATML_TEMPLATE
 
         if self.max_model_len is None:
             self.max_model_len = ray.get(self.pool.handles[0].max_model_len.remote())
@@ -76,72 +75,3 @@ class EngineChat:
                 del messages[first]
                 continue
             return ids[:budget // 2] + ids[len(ids) - (budget - budget // 2):]
-
-
-# ---- env_config wiring ------------------------------------------------------------------------
-# Symbolic model choices a user may write in env_config, replaced at build by EngineChat
-# callables (the keys the environments themselves read are on the right):
-#   τ² user:       {"user": "llm", "user_model": M}         -> user_chat_fn   (envs/tau2/env.py)
-#   Hard20 judge:  {"judge": "policy"} or {"judge": "model", "judge_model": M}
-#                                                            -> judge="fn", judge_fn (envs/hard20/judge.py)
-# M is "policy" (the policy's own engines) or a built-in model name / local model folder
-# (one extra engine actor per distinct model). Endpoints need no wiring: the envs reach
-# them themselves ({"user": "endpoint", "user_endpoint": {...}}, {"judge": "endpoint", ...}).
-# Optional: user_max_tokens, user_temperature, judge_max_tokens (defaults below).
-CHAT_DEFAULTS = {"user_max_tokens": 256, "user_temperature": 0.0, "judge_max_tokens": 64}
-
-
-def resolve_env_config(env_config: dict, policy_engines: list, policy_path: str, engine_kind: str,
-                       engine_kwargs: dict, num_gpus: float = 0) -> tuple[dict, list]:
-    """The env_config the env runners get, and the engine actors started for it. Raises
-    ``ConfigError`` for values that cannot work. The caller's dict is not changed (it is
-    saved with checkpoints, so it keeps the plain strings)."""
-    from policies.models import load_model
-    from rti_actors.config import ConfigError
-    from rti_actors.engine_actor import EngineActor
-
-    cfg = dict(env_config)
-    opt = {**CHAT_DEFAULTS, **cfg}.get  # not written into cfg: custom envs may reject unknown keys
-    started: dict[str, object] = {}
-
-    def chat(key: str, model, max_tokens: int, temperature: float = 0.0) -> EngineChat:
-        if model == "policy":
-            return EngineChat(policy_engines, policy_path, max_tokens, temperature)
-        if not isinstance(model, str) or not model:
-            raise ConfigError(f"env_config[{key!r}]={model!r}: use 'policy', a built-in model name or a local model folder")
-        try:
-            path = load_model(model)
-        except (ValueError, RuntimeError) as e:
-            raise ConfigError(f"env_config[{key!r}]: {e}") from None
-        if path not in started:
-            started[path] = ray.remote(EngineActor).options(num_cpus=0, num_gpus=num_gpus).remote(
-                engine_kind, path, engine_kwargs)
-        return EngineChat([started[path]], path, max_tokens, temperature)
-
-    def endpoint_ok(key: str) -> None:
-        ep = cfg.get(key)
-        if not isinstance(ep, dict) or not ep.get("base_url") or not ep.get("model"):
-            raise ConfigError(f"env_config[{key!r}] must be a dict with 'base_url' (e.g. http://host:8000/v1) and "
-                              f"'model' (and optionally 'api_key_env'), got {ep!r}")
-
-    user = cfg.get("user")
-    if cfg.get("user_model") is not None and user != "llm":
-        raise ConfigError(f"env_config['user_model'] is used only with user='llm', but user={user!r}")
-    if user == "llm" and not callable(cfg.get("user_chat_fn")):
-        if cfg.get("user_model") is None:
-            raise ConfigError("env_config user='llm' needs user_model='policy' (the policy's engines), a model folder, "
-                              "or a user_chat_fn(messages) -> str; for a served model use user='endpoint'")
-        cfg["user_chat_fn"] = chat("user_model", cfg["user_model"], opt("user_max_tokens"), opt("user_temperature"))
-    elif user == "endpoint":
-        endpoint_ok("user_endpoint")
-
-    judge = cfg.get("judge")
-    if judge in ("policy", "model"):
-        model = "policy" if judge == "policy" else cfg.get("judge_model")
-        if model is None:
-            raise ConfigError("env_config judge='model' needs judge_model (a built-in model name or a local model folder)")
-        cfg["judge_fn"] = chat("judge_model", model, opt("judge_max_tokens")).judge
-        cfg["judge"], cfg["judge_name"] = "fn", cfg.get("judge_name") or (model if model == "policy" else Path(model).name)
-    elif judge == "endpoint":
-        endpoint_ok("judge_endpoint")
-    return cfg, list(started.values())

@@ -13,8 +13,8 @@ import hashlib
 import time
 from dataclasses import dataclass, field
 
-from envs.registry import make_env
 from policies.chat import ChatRenderer, TokenBuffer
+from rti_actors.trajectory import EpisodeSpec, Trajectory
 
 
 def request_seed(*parts) -> int:
@@ -30,8 +30,34 @@ class ReplayError(RuntimeError):
 
 
 @dataclass
+class Continuation:
+    """An RTI continuation: replay ``actions`` (the turns before k; ``messages`` is what the
+    original episode showed before turn k, to check the replay), restore the token buffer
+    ``prefix`` (up to and including turn k's generation prompt), put the corrected turn's
+    ``ids`` there with their behaviour ``logprobs`` and ``token_weight``, and play on."""
+
+    spec: EpisodeSpec
+    actions: list[str]
+    messages: list[dict]
+    prefix: TokenBuffer
+    turn_spans: list[tuple[int, int]]
+    ids: list[int]
+    logprobs: list[float]
+    token_weight: list[float]
+    version: int
+
+
+@dataclass
+class ReplayFailure:
+    """A continuation whose replay did not reproduce the original episode (not a rollout)."""
+
+    spec: EpisodeSpec
+    reason: str
+
+
+@dataclass
 class Episode:
-    spec: dict
+    spec: EpisodeSpec
     env: object
     messages: list[dict]
     buf: TokenBuffer
@@ -46,16 +72,20 @@ class Episode:
     tools: list[dict] = field(default_factory=list)
     done: bool = False
 
-    def result(self) -> dict:
-        return {
-            **self.spec,
-            **self.buf.to_dict(),
-            "reward": self.reward, "terminated": self.terminated, "truncated": self.truncated,
-            "context_truncated": self.context_truncated, "turn_spans": self.turn_spans, "actions": self.actions,
-            "messages": self.messages, "num_turns": len(self.actions),
-            "policy_version": min(self.versions) if self.versions else -1,
-            "gen_tokens": sum(self.buf.loss_mask), "info": self.info, "tools": self.tools,
-        }
+    intervened_step: int | None = None
+    corrected_span: tuple[int, int] | None = None
+
+    def result(self, seconds: float, drift: dict | None) -> Trajectory:
+        """The one place a Trajectory is made."""
+        s, b = self.spec, self.buf
+        return Trajectory(
+            task_id=s.task_id, sample_index=s.sample_index, seed=s.seed, round=s.round, split=s.split,
+            ids=b.ids, loss_mask=b.loss_mask, logprobs=b.logprobs, token_weight=b.token_weight,
+            turn_spans=self.turn_spans, policy_version=min(self.versions) if self.versions else -1,
+            reward=self.reward, terminated=self.terminated, truncated=self.truncated,
+            context_truncated=self.context_truncated, info=self.info, actions=self.actions, messages=self.messages,
+            tools=self.tools, seconds=seconds, drift=drift, intervened_step=self.intervened_step,
+            corrected_span=self.corrected_span)
 
 
 class EnvRunner:
@@ -77,37 +107,39 @@ class EnvRunner:
         env = self.envs[0]
         return list(env.unwrapped.task_ids(split))
 
-    def sample(self, specs: list[dict], sampling: dict) -> list[dict]:
-        """Play one episode per spec ({"task_id", "sample_index", "seed", "round", "split"});
-        waves of ``num_envs`` episodes run concurrently. Returns trajectories in spec order."""
+    def sample(self, specs: list[EpisodeSpec], sampling: dict) -> list[Trajectory]:
+        """Play one episode per spec; waves of ``num_envs`` episodes run concurrently.
+        Returns trajectories in spec order."""
         out = []
         for i in range(0, len(specs), len(self.envs)):
             wave = specs[i:i + len(self.envs)]
             out += self._play([self._open(env, spec) for env, spec in zip(self.envs, wave)], sampling)
         return out
 
-    def continue_from(self, requests: list[dict], sampling: dict) -> list[dict]:
+    def continue_from(self, requests: list[Continuation], sampling: dict) -> list[Trajectory | ReplayFailure]:
         """RTI continuation: restore each episode to just before turn k by replaying the
         original actions, put the corrected turn's ids in place of the original turn's, and
-        let the policy play on with the normal sampling settings and no guidance.
-
-        A request: {"spec", "actions" (turns before k), "messages" (the original message
-        list before turn k, to check the replay), "prefix" (TokenBuffer dict up to and
-        including turn k's generation prompt), "turn_spans", "corrected" ({"ids",
-        "logprobs", "token_weight"}), "version"}. A replay that does not reproduce the
-        original observations returns {"replay_error": ...} instead of a trajectory."""
+        let the policy play on with the normal sampling settings and no guidance. A replay
+        that does not reproduce the original observations gives a ``ReplayFailure``."""
         out = []
         for i in range(0, len(requests), len(self.envs)):
-            slots: list = []  # per request: an Episode, or an error dict
+            slots: list = []  # per request: an Episode, or a ReplayFailure
             for env, req in zip(self.envs, requests[i:i + len(self.envs)]):
                 try:
                     slots.append(self._resume(env, req))
                 except ReplayError as e:
-                    slots.append({**req["spec"], "replay_error": str(e)})
+                    slots.append(ReplayFailure(req.spec, str(e)))
             episodes = [s for s in slots if isinstance(s, Episode)]
             results = dict(zip(map(id, episodes), self._play(episodes, sampling)))
             out += [results[id(s)] if isinstance(s, Episode) else s for s in slots]
         return out
+
+    def has_rti_rules(self) -> bool:
+        return self.envs[0].unwrapped.rti_rules() is not None
+
+    def verifier_facts(self) -> dict:
+        """What the Verifier's grounding checks need to know about this env's tools."""
+        return self.envs[0].unwrapped.verifier_facts()
 
     def reward_evidence(self, task_id: str, split: str) -> dict:
         env = self.envs[0].unwrapped
@@ -116,35 +148,35 @@ class EnvRunner:
         return env.reward_evidence()
 
     # ---- episodes -------------------------------------------------------------------------
-    def _open(self, env, spec: dict) -> Episode:
-        env.unwrapped.config["split"] = spec.get("split", env.unwrapped.config["split"])
-        obs, info = env.reset(options={"task_id": spec["task_id"]})
+    def _open(self, env, spec: EpisodeSpec) -> Episode:
+        env.unwrapped.config["split"] = spec.split
+        obs, info = env.reset(options={"task_id": spec.task_id})
         messages, buf = self.renderer.begin(obs, info.get("tools"), info.get("demonstration"))
-        return Episode(spec=dict(spec), env=env, messages=messages, buf=buf, tools=info.get("tools") or [])
+        return Episode(spec=spec, env=env, messages=messages, buf=buf, tools=info.get("tools") or [])
 
-    def _resume(self, env, req: dict) -> Episode:
-        ep = self._open(env, req["spec"])
-        for action in req["actions"]:
+    def _resume(self, env, req: Continuation) -> Episode:
+        ep = self._open(env, req.spec)
+        for action in req.actions:
             turn = self.renderer.decode_text(action)
             new, _, terminated, truncated, _ = env.step(action)
             ep.messages.append(turn)
             ep.messages += new
             if terminated or truncated:
                 raise ReplayError("the episode ended while replaying the prefix")
-        if ep.messages != req["messages"]:
+        if ep.messages != req.messages:
             raise ReplayError("replaying the prefix did not reproduce the original observations "
                               "(is the environment deterministic given its actions?)")
-        ep.actions = list(req["actions"])
-        ep.turn_spans = [tuple(s) for s in req["turn_spans"]]
-        ep.buf = TokenBuffer(**{k: list(v) for k, v in req["prefix"].items()})
-        ep.versions = [req["version"]]
-        c = req["corrected"]
+        ep.actions = list(req.actions)
+        ep.turn_spans = [tuple(s) for s in req.turn_spans]
+        p = req.prefix
+        ep.buf = TokenBuffer(list(p.ids), list(p.loss_mask), list(p.logprobs), list(p.token_weight))
+        ep.versions = [req.version]
         start = len(ep.buf)
-        self._advance(ep, [], {"token_ids": c["ids"], "logprobs": c["logprobs"], "finish_reason": "stop",
-                               "version": req["version"]}, int(self.policy["max_model_len"]))
-        ep.buf.token_weight[start:start + len(c["ids"])] = list(c["token_weight"])
-        ep.spec["intervened_step"] = len(req["actions"])
-        ep.spec["corrected_span"] = (start, start + len(c["ids"]))
+        self._advance(ep, [], {"token_ids": req.ids, "logprobs": req.logprobs, "finish_reason": "stop",
+                               "version": req.version}, int(self.policy["max_model_len"]))
+        ep.buf.token_weight[start:start + len(req.ids)] = list(req.token_weight)
+        ep.intervened_step = len(req.actions)
+        ep.corrected_span = (start, start + len(req.ids))
         return ep
 
     def _play(self, episodes: list[Episode], sampling: dict) -> list[dict]:
@@ -163,19 +195,15 @@ class EnvRunner:
                 prompts.append(ep.buf.ids + gp)
                 gps.append(gp)
                 s = ep.spec
-                seeds.append(request_seed(s.get("seed", 0), s.get("round", 0), s["task_id"], s.get("sample_index", 0),
-                                          len(ep.actions)))
+                seeds.append(request_seed(s.seed, s.round, s.task_id, s.sample_index, len(ep.actions)))
             if not live:
                 break
             gens = self.engines.generate(prompts, sampling, seeds)
             for ep, gp, gen in zip(live, gps, gens):
                 self._advance(ep, gp, gen, max_len)
-        results = [ep.result() for ep in episodes]
-        for r, ep in zip(results, episodes):
-            r["seconds"] = time.perf_counter() - t0
-            if self.check_drift:
-                r["drift"] = self.renderer.drift(ep.messages, ep.buf.ids)
-        return results
+        seconds = time.perf_counter() - t0
+        return [ep.result(seconds, self.renderer.drift(ep.messages, ep.buf.ids) if self.check_drift else None)
+                for ep in episodes]
 
     def _advance(self, ep: Episode, gen_prompt: list[int], gen: dict, max_len: int) -> None:
         ids, lps = gen["token_ids"], gen["logprobs"]

@@ -1,6 +1,7 @@
 """The learner: a DeepSpeed engine (or a plain torch loop) over a Hugging Face causal LM.
 
-``Learner`` is a plain class; the algorithm wraps it with ``ray.remote``. One ``update``
+``Learner`` is a plain class; ``QueueLearner`` (at the end) is the actor the graph runs: it pulls
+weighted groups from the replay queue. The build wraps it with ``ray.remote``. One ``update``
 call is one optimiser step over a list of samples, micro-batched by a padded-token budget
 with gradient accumulation. Losses live in ``rti_actors.losses``.
 
@@ -25,34 +26,33 @@ from pathlib import Path
 
 import numpy as np
 import psutil
+import ray
 import torch
 
-from rti_actors.losses import (GSPO_CLIP_EPS, add_stats, finish_stats, grpo_loss, gspo_loss, masked_token_logprobs,
-                               sft_loss)
+from rti_actors.config import ALGORITHMS, RTIConfig, gspo_clip_pair, learner_settings
+from rti_actors.losses import add_stats, finish_stats, grpo_loss, gspo_loss, masked_token_logprobs, sft_loss
+from rti_actors.trajectory import LearnerSample
+from rti_actors.weight_sync import free_address, init_group, send
 
+# The run config's learner defaults, taken from RTIConfig() so the two cannot drift apart:
+# algorithm ("rti" trains with the grpo loss), gspo_clip_eps (low, high), temperature (the
+# rollout's), micro_batch_tokens (padded tokens, rows x longest row, per micro-batch), dtype
+# (None: bfloat16 on GPU, float32 on CPU), ... Then what only a learner process has.
 DEFAULTS = {
-    "algorithm": "grpo",            # "grpo" | "gspo" | "rti" (rti trains with the grpo loss)
-    "lr": 1e-6,
-    "weight_decay": 0.1,
+    **learner_settings(RTIConfig()),
     "betas": (0.9, 0.999),
-    "clip_eps": 0.2,
-    "gspo_clip_eps": GSPO_CLIP_EPS,  # float (symmetric) or (low, high)
-    "temperature": 0.8,             # the rollout temperature behaviour log-probs were taken at
-    "zero_stage": 0,
-    "micro_batch_tokens": 4096,     # padded tokens (rows x longest row) per micro-batch
-    "grad_clip": 1.0,
-    "seed": 0,
-    "dtype": None,                  # None: "bfloat16" on GPU, "float32" on CPU
-    "backend": "deepspeed",         # "deepspeed" | "torch"
     "gradient_checkpointing": False,
     "rank": 0,
     "world_size": 1,
     "master_addr": "127.0.0.1",
     "master_port": None,            # None: a free port (world_size 1 only)
 }
-ALGORITHMS = ("grpo", "gspo", "rti")
 OBJECTIVES = ALGORITHMS + ("sft",)  # per update: "sft" trains on demonstrations (cross-entropy)
-SAMPLE_KEYS = ("ids", "loss_mask", "behaviour_logprobs", "token_weight", "advantage")
+
+
+# What update() checks and reads: policy_version is bookkeeping the loss never looks at, so
+# hand-built samples (tests, SFT demonstrations) may leave it out.
+SAMPLE_KEYS = tuple(k for k in LearnerSample.__annotations__ if k != "policy_version")
 # fp16 is left out on purpose: it needs loss scaling, which the torch loop does not do.
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 _CHECKPOINT_TAG = "learner"
@@ -62,9 +62,9 @@ def release_host_memory() -> None:
     """Return the C allocator's free pages to the OS (glibc; elsewhere only a GC pass).
 
     A CPU forward/backward over a few thousand tokens frees several GiB of activations, which
-    glibc keeps mapped for reuse: measured on SmolLM2 (bf16 autocast, 2 x 4200 tokens) a
-    learner held 8.8 GiB between steps and 2.1 GiB after a trim. On a shared CPU machine that
-    cached memory is what the engines and the weight copies of a publish are then short of.
+    glibc keeps mapped for reuse, so without a trim the learner's resident memory between
+    steps stays near its peak (several times what it needs at rest). On a shared CPU machine
+    that cached memory is what the engines and the weight copies of a publish are then short of.
     """
     gc.collect()
     try:
@@ -165,6 +165,7 @@ class Learner:
         c = self.config
         if c["algorithm"] not in ALGORITHMS:
             raise ValueError(f"unknown algorithm {c['algorithm']!r}; choose one of {ALGORITHMS}")
+        c["gspo_clip_eps"] = gspo_clip_pair(c["gspo_clip_eps"], "learner gspo_clip_eps")
         if c["backend"] not in ("deepspeed", "torch"):
             raise ValueError(f"unknown learner backend {c['backend']!r}; choose 'deepspeed' or 'torch'")
         if c["zero_stage"] not in (0, 1, 2, 3):
@@ -231,8 +232,9 @@ class Learner:
         os.environ.update({"RANK": str(self.rank), "WORLD_SIZE": str(self.world_size),
                            "LOCAL_RANK": str(self.rank % max(torch.cuda.device_count(), 1) if cuda else 0),
                            "MASTER_ADDR": c["master_addr"], "MASTER_PORT": str(port)})
-        # DeepSpeed JIT-compiles a shared-memory comm op on its first initialise (~30 s):
-        # keep the build in the project cache so later processes just load it.
+        # DeepSpeed JIT-compiles a shared-memory comm op on its first initialise (a compiler
+        # run, tens of seconds): keep the build in the project cache so later processes just
+        # load it.
         if "TORCH_EXTENSIONS_DIR" not in os.environ:
             from policies.models import cache_dir
             os.environ["TORCH_EXTENSIONS_DIR"] = str(cache_dir() / "torch_extensions")
@@ -431,12 +433,10 @@ class Learner:
 
     # ---- broadcast weight sync (rti_actors.weight_sync) ---------------------------------
     def weight_sync_address(self) -> tuple[str, int]:
-        from rti_actors.weight_sync import free_address
         return free_address()
 
     def init_weight_sync(self, host: str, port: int, world_size: int, backend: str) -> bool:
         """Join the weight group as its rank 0 (call together with the engines' joins)."""
-        from rti_actors.weight_sync import init_group
         if self.rank == 0:
             self._weight_group = init_group(host, port, 0, world_size, backend)
         return True
@@ -449,7 +449,6 @@ class Learner:
     def broadcast_weights(self) -> int:
         """Send the full weights to every engine of the weight group (collective under
         ZeRO-3 with world_size > 1: every rank gathers, rank 0 sends). Returns tensors sent."""
-        from rti_actors.weight_sync import send
         tensors = (t for _, t in self._full_params())
         if self.rank == 0:
             send(self._weight_group, self.weight_meta(), tensors, self.device)
@@ -513,3 +512,37 @@ class Learner:
             self.module.save_pretrained(path, state_dict=weights)
             AutoTokenizer.from_pretrained(self.model_path).save_pretrained(path)
         return str(path)
+
+
+# ---- the learner actor: pulls groups from the replay queue -------------------------------
+# Equal rewards normalise to float noise, not always exactly 0: their mean can round, and the
+# 1e-6 std floor scales that to ~1e-10 for rewards in [0, 1]. A real reward difference of
+# 1e-9 already gives |A| ~ 5e-4, so 1e-5 separates the two with room on both sides.
+ZERO_ADVANTAGE = 1e-5
+
+
+def has_advantage(group: list[LearnerSample]) -> bool:
+    """True when some sample of the group has a non-zero advantage (rewards differed)."""
+    return any(abs(s["advantage"]) > ZERO_ADVANTAGE for s in group)
+
+
+class QueueLearner(Learner):
+    def pull_and_update(self, queue, max_groups: int, current_version: int, skip_zero_variance: bool = True) -> dict:
+        """Pull up to ``max_groups`` groups (each a list of ``LearnerSample``, already cut out
+        of the trajectories by the driver) and take one optimiser step on them.
+
+        With ``skip_zero_variance`` a group whose advantages are all 0 is not sent through the
+        model: it adds nothing to the gradient, only dilutes the other groups' share of the
+        token-mean loss, and on a CPU its forward/backward is most of the step (most groups of
+        a weak policy fail entirely)."""
+        groups = ray.get(queue.get.remote(max_groups, current_version))
+        kept = [g for g in groups if has_advantage(g)] if skip_zero_variance else groups
+        samples = [s for g in kept for s in g]
+        if not samples:
+            return {"skipped": True, "num_groups": len(groups), "num_groups_trained": 0, "num_samples": 0}
+        metrics = self.update(samples)
+        metrics.update(num_groups=len(groups), num_groups_trained=len(kept))
+        return metrics
+
+    def ping(self) -> bool:
+        return True

@@ -8,16 +8,19 @@ Both losses take the *global* normaliser (loss tokens for GRPO, sequences for GS
 splitting a batch into micro-batches and summing their losses gives exactly the loss of
 the whole batch. They return the loss and a dict of *sums* (clipped units, ratio, approx
 KL, counts) that the caller adds up over micro-batches and divides once (``finish_stats``).
-No KL penalty and no entropy bonus (RTI_SPEC section 9).
+No KL penalty and no entropy bonus (docs/ALGORITHM.md, Losses).
 """
 
 from __future__ import annotations
 
 import torch
 
-# GSPO paper (Zheng et al., 2025) defaults: sequence ratios are length-normalised, so they
-# stay within a few 1e-4 of 1 and the clip range is correspondingly tiny (low, high).
-GSPO_CLIP_EPS = (3e-4, 4e-4)
+from rti_actors.config import DEFAULTS as _CONFIG_DEFAULTS
+from rti_actors.config import gspo_clip_pair
+
+# The GSPO paper's (low, high) = (3e-4, 4e-4), read from the run config's default so that
+# a loss called without clip_eps and a learner built from RTIConfig() cannot disagree.
+GSPO_CLIP_EPS = gspo_clip_pair(_CONFIG_DEFAULTS["training"]["gspo_clip"])
 
 
 def token_logprobs(logits: torch.Tensor, ids: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""Pass@k and Pass^k with the unbiased estimators (RTI_SPEC §13), and the paper's table.
+"""Pass@k and Pass^k with the unbiased estimators, and the results table in the RTI paper's layout.
 
 Over n rollouts per task with c successes:
     Pass@k = 1 - C(n-c, k) / C(n, k)   (at least one of k succeeds)

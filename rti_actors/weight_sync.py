@@ -1,10 +1,10 @@
 """Weight publishing by collective broadcast: learner (rank 0) -> every engine actor.
 
 The default path moves a weights dict through Ray's object store (one copy per engine,
-always available). With ``learners(weight_sync="broadcast")`` — the default when the
-learner or engines are on GPUs — the learner and the engine actors form a process group of
-their own (NCCL on GPUs, gloo on CPUs) and the learner broadcasts the weights in a few
-large flat buckets; each engine unflattens them and installs them through its normal
+always available). With ``learners(weight_sync="broadcast")`` — what ``"auto"`` picks when
+the learner and the engines are all on GPUs — the learner and the engine actors form a
+process group of their own (NCCL on GPUs, gloo on CPUs) and the learner broadcasts the
+weights in a few large flat buckets; each engine unflattens them and installs them through its normal
 ``update_weights`` (vLLM: the worker's ``load_weights``), so no tensor passes through the
 object store or the driver.
 

@@ -1,5 +1,5 @@
-"""Hard20 (BENCHMARKS.md section 3): twenty hard multi-service office/ops task families
-in the style of Claw-Eval, written for this project, with in-process mock services.
+"""Hard20: twenty hard multi-service office/ops task families (one of the RTI paper's
+benchmarks), in the style of Claw-Eval, written for this project, with in-process mock services.
 
 Layout: the fixed clock, audit log and fault injection (``backend``); the twelve mock
 services (``service``, ``services_people``, ``services_business``, ``services_ops``,

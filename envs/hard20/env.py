@@ -35,8 +35,9 @@ completion at 0.5, so such a run fails however much else it did.
 ``audit_log()`` returns every call (with the arguments, success or error, injected faults
 and refused calls included) and every state change of the episode, on the fixed clock.
 
-Restoring a mid-episode state (for RTI): the env is a pure function of (config, task id,
-assistant turns), faults included, so ``restore(task_id, actions)`` replays the turns.
+Mid-episode states (for RTI): an episode is a deterministic function of its config, task
+id and assistant turns, faults included, so replaying the turns on a fresh ``reset``
+reproduces it. The breakdown's ``progress`` is safety × completion.
 """
 
 from __future__ import annotations

@@ -3,8 +3,19 @@
 from __future__ import annotations
 
 from envs.base import ToolError
-from envs.hard20.service import (BOOL, DATE, STR, STR_LIST, Service, ToolDef, brief, check_date, check_time,
-                                 enum, matches)
+from envs.hard20.service import (
+    BOOL,
+    DATE,
+    STR,
+    STR_LIST,
+    Service,
+    ToolDef,
+    brief,
+    check_date,
+    check_time,
+    enum,
+    matches,
+)
 
 
 class Mail(Service):

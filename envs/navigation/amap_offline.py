@@ -13,12 +13,30 @@ from __future__ import annotations
 import datetime as dt
 
 from envs.navigation import lexicon as lx
-from envs.navigation.geo import (ROAD_MODEL, AmapError, bearing_name, driving_seconds, format_lonlat, haversine_m,
-                                 MAX_WAYPOINTS, invalid_params, leg_distance_m, parse_lonlat, stable_unit)
+from envs.navigation.geo import (
+    MAX_WAYPOINTS,
+    ROAD_MODEL,
+    AmapError,
+    bearing_name,
+    driving_seconds,
+    format_lonlat,
+    haversine_m,
+    invalid_params,
+    leg_distance_m,
+    parse_lonlat,
+    stable_unit,
+)
 from envs.navigation.search import SearchIndex
 from envs.navigation.world import POI, World
 
 _OK = {"status": "1", "info": "OK", "infocode": "10000"}
+
+# Keys of Amap's answers (offline and live alike), for telling a faked tool result in an
+# agent's prose: the first set only Amap results have, the second they share with other
+# JSON (two of those together are still an Amap answer).
+RESULT_KEYS = ("pois", "results", "route", "paths", "forecasts", "geocodes", "regeocode", "infocode", "suggestion",
+               "transits")
+ENVELOPE_KEYS = ("status", "info", "count", "data", "error", "errcode", "errmsg", "distance", "duration", "message")
 _FORECAST_START = dt.date(2025, 5, 12)
 
 

@@ -23,10 +23,12 @@ tasks name places of the generated world, which do not exist on the real Amap: f
 evaluation give a ``tasks_file`` of annotated real trips (a server hosting the generated
 world, as in the tests, also works with the generated tasks).
 
-Restoring a mid-episode state (for RTI): offline, the env is a pure function of
-(config, task id, assistant turns) — no randomness after ``reset`` — so ``restore(task_id,
-actions)`` replays the turns and reproduces the state exactly; ``snapshot()`` returns
-what ``restore`` needs.
+Mid-episode states (for RTI): offline, an episode is a deterministic function of its
+config, task id and assistant turns — no randomness after ``reset`` — so replaying the
+turns on a fresh ``reset`` reproduces it exactly.
+
+For RTI the env also offers a rule-based Validator/Corrector (``rti_rules()``, see
+``rules.py``) and the facts the Verifier needs about Amap answers (``verifier_facts()``).
 """
 
 from __future__ import annotations
@@ -34,9 +36,10 @@ from __future__ import annotations
 import copy
 import functools
 
-from envs.base import Task, ToolEnv
+from envs.base import Task, ToolEnv, VerifierFacts
 from envs.navigation.amap_live import DEFAULT_BASE_URL, LiveAmap
-from envs.navigation.amap_offline import OfflineAmap
+from envs.navigation.amap_offline import ENVELOPE_KEYS, RESULT_KEYS, OfflineAmap
+from envs.navigation.geo import COORDINATE_TOLERANCE_DEG
 from envs.navigation.reward import judge
 from envs.navigation.task_file import FileTasks
 from envs.navigation.tasks import build_benchmark
@@ -44,6 +47,9 @@ from envs.navigation.tools import EXTENSIONS, make_tools
 from envs.navigation.wording import DEMONSTRATIONS, LANGUAGES, SYSTEM_PROMPTS, request_text
 
 BACKENDS = ("offline", "live")
+#: what ``verifier_facts()`` returns: Amap's result keys and the rounding tolerance
+VERIFIER_FACTS: VerifierFacts = {"tool_output_keys": list(RESULT_KEYS), "tool_output_weak_keys": list(ENVELOPE_KEYS),
+                                 "coordinate_tolerance_deg": COORDINATE_TOLERANCE_DEG}
 
 
 @functools.lru_cache(maxsize=4)
@@ -110,6 +116,13 @@ class NavigationEnv(ToolEnv):
     def oracle_agent(self):
         from envs.navigation.agents import OracleAgent
         return OracleAgent(self.reward_evidence(), self.config["language"])
+
+    def rti_rules(self):
+        from envs.navigation.rules import NavigationRules
+        return NavigationRules()
+
+    def verifier_facts(self) -> VerifierFacts:
+        return copy.deepcopy(VERIFIER_FACTS)
 
     def difficulty(self, task_id: str) -> dict:
         """How hard a task is: its waypoint count (3..9) and ordering level (0..4)."""

@@ -17,6 +17,9 @@ LON_RANGE = (73.0, 136.0)
 LAT_RANGE = (3.0, 54.0)
 _NUMBER = re.compile(r"^-?\d+(\.\d+)?$")
 MAX_WAYPOINTS = 16  # Amap's limit on driving waypoints
+# Two "lon,lat" pairs this close are the same point written with other rounding (~11 m);
+# never another POI, since the world keeps POIs of a city 80 m apart.
+COORDINATE_TOLERANCE_DEG = 1e-4
 
 
 class AmapError(Exception):

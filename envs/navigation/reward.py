@@ -8,7 +8,8 @@ is driving, its origin and destination are the annotated POIs, and its waypoints
 exactly the annotated POIs in one of the allowed orders. A coordinate "is" a POI when it
 lies within ``MATCH_RADIUS_M`` of it; the world keeps every two POIs of a city at least
 80 m apart, so no other place matches. No partial credit: the breakdown reports the
-individual checks (for ranking failed trajectories), the reward does not use them.
+individual checks and ``progress`` (the share of them met, also as ``checks_met``) for
+ranking failed trajectories; the reward does not use them.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def judge(task: NavTask, routes: list[dict]) -> tuple[float, dict]:
                  "destination_ok": False, "waypoints_matched": 0, "waypoints_expected": n,
                  "waypoint_set_ok": False, "order_ok": False}
     if not routes:
-        breakdown["checks_met"] = 0.0
+        breakdown["checks_met"] = breakdown["progress"] = 0.0
         return 0.0, breakdown
     route = routes[-1]
     breakdown["judged_call"] = len(routes)
@@ -46,6 +47,6 @@ def judge(task: NavTask, routes: list[dict]) -> tuple[float, dict]:
     breakdown["waypoint_set_ok"] = len(matched) == n and len(distinct) == n
     breakdown["order_ok"] = breakdown["waypoint_set_ok"] and task.order_allowed(matched)
     checks = [breakdown["mode_ok"], breakdown["origin_ok"], breakdown["destination_ok"], breakdown["order_ok"]]
-    breakdown["checks_met"] = round((sum(checks) + len(distinct) / n) / 5, 4)
+    breakdown["checks_met"] = breakdown["progress"] = round((sum(checks) + len(distinct) / n) / 5, 4)
     ok = all(checks)
     return float(ok), breakdown

@@ -1,6 +1,6 @@
 """The τ² airline domain: flights, users and reservations, with 14 agent tools.
 
-Behaviour follows the specification in docs/tau2/airline.md, including its quirks
+Behaviour follows upstream τ²-bench's airline domain, including its quirks
 (cancellation releases no seats, flight changes never touch inventory, the one-stop search
 date without zero padding, ...), because the tasks' gold states depend on them. The tools
 enforce only mechanical checks; policy compliance is judged through the final DB state.
@@ -58,7 +58,7 @@ class AirlineTools(Toolkit):
                   "send_certificate", "transfer_to_human_agents", "update_reservation_baggages",
                   "update_reservation_flights", "update_reservation_passengers", "get_flight_status")
 
-    # ---- lookups (exact error texts, spec §4) -------------------------------------------
+    # ---- lookups (upstream's exact error texts) -----------------------------------------
     def _user(self, user_id):
         if user_id not in self.db["users"]:
             raise ToolError(f"User {user_id} not found")
@@ -92,7 +92,7 @@ class AirlineTools(Toolkit):
                 "destination": flight["destination"], "date": info["date"], "price": inst["prices"][cabin]}
 
     def _pay_for_update(self, user: dict, payment_id, price: int) -> dict | None:
-        """Charge (or refund, if negative) an update; spec §6.2."""
+        """Charge (or refund, if negative) an update, as upstream's update tools do."""
         methods = user["payment_methods"]
         if payment_id not in methods:
             raise ToolError("Payment method not found")

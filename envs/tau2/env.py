@@ -1,11 +1,11 @@
 """τ²-Bench as Gymnasium environments: ``Tau2AirlineEnv``, ``Tau2RetailEnv``,
 ``Tau2TelecomEnv`` (registered as ``Tau2Airline-v0`` etc.).
 
-One ``step`` is one agent turn. The orchestration of README §6 runs inside: the fixed
+One ``step`` is one agent turn. τ²'s orchestration (agent, user, environment) runs inside: the fixed
 greeting opens the episode, a text turn goes to the simulated user (whose own tool calls
 run on the phone and stay hidden from the agent), a tool-call turn goes to the
 environment; step and error limits, stop tokens and the turn cap end the episode, and
-the reward is τ²'s (README §9). Tool failures, unknown tools, malformed calls and user-side
+the reward is τ²'s (``evaluator``). Tool failures, unknown tools, malformed calls and user-side
 tools called by the agent come back as ``Error: ...`` tool messages counted toward the
 error limit, never as exceptions.
 
@@ -106,7 +106,7 @@ class Tau2Env(ToolEnv):
 
     def compute_reward(self) -> tuple[float, dict]:
         if self.termination_reason == "max_turns":
-            return 0.0, {"termination_reason": "max_turns", "gated": True}
+            return 0.0, {"termination_reason": "max_turns", "gated": True, "progress": 0.0}
         return evaluate(self.data, self.DOMAIN, self.task.data["task"], self.trajectory, self.termination_reason,
                         self.tau, self.config.get("nl_judge"))
 
@@ -168,7 +168,7 @@ class Tau2Env(ToolEnv):
         truncated = self.termination_reason in TRUNCATING
         return copy.deepcopy(new), float(reward), over and not truncated, truncated, info
 
-    # ---- orchestration (README §6) --------------------------------------------------------
+    # ---- orchestration (agent, user simulator, environment) --------------------------------
     def _record(self, message: dict) -> None:
         self.trajectory.append({**message, "turn_idx": len(self.trajectory)})
 
@@ -192,7 +192,7 @@ class Tau2Env(ToolEnv):
         calls = [{"id": f"call_{self.turns}_{i}", "name": c["name"], "arguments": c.get("arguments", {}),
                   "requestor": "assistant"} for i, c in enumerate(turn["tool_calls"])]
         if self.config["solo"] and any(c["name"] == "done" for c in calls):
-            content, calls = "###STOP###", []  # README §10: the done call becomes a stop message
+            content, calls = "###STOP###", []  # solo mode: the done call becomes a stop message
         self.messages.append({"role": "assistant", "content": content or "",
                               **({"tool_calls": [{"id": c["id"], "name": c["name"], "arguments": c["arguments"]}
                                                  for c in calls]} if calls else {})})
@@ -205,7 +205,7 @@ class Tau2Env(ToolEnv):
             self._count_step(next_is_env=True)
             return self._run_agent_calls(calls)
         if content is None or not content.strip():
-            self._stop("agent_error")  # an empty message is invalid (README §5)
+            self._stop("agent_error")  # an empty message is invalid in τ²'s message model
             return []
         if self.config["solo"]:
             self._stop("agent_stop" if content == "###STOP###" else "agent_error")

@@ -1,5 +1,5 @@
 """One τ² environment instance: the agent toolkit, the optional user toolkit (telecom's
-phone), the sync hook that couples them, and the tool-call contract of spec README §2.
+phone), the sync hook that couples them, and τ²'s tool-call contract (route by requestor, call, report errors as tool messages).
 
 Nothing raises out of ``execute``: every failure becomes a tool message with
 ``error=True`` and content ``"Error: <message>"``, which the orchestrator counts toward
@@ -15,7 +15,7 @@ from envs.tau2.toolkit import Toolkit, fingerprint, render_result
 
 
 def deep_merge(base: dict, update: dict) -> dict:
-    """README §4: mappings merge recursively; any other value (lists too) is replaced."""
+    """τ²'s initialisation merge: mappings merge recursively; any other value (lists too) is replaced."""
     for key, value in update.items():
         if isinstance(value, dict) and isinstance(base.get(key), dict):
             deep_merge(base[key], value)
@@ -39,7 +39,7 @@ class Tau2Environment:
         if self._sync is not None and self.user is not None:
             self._sync(self.agent, self.user)
 
-    # ---- tool calls (README §2) ---------------------------------------------------------
+    # ---- tool calls (τ²'s tool-call contract) ------------------------------------------
     def route(self, name: Any, requestor: str) -> Toolkit:
         """The toolkit that executes ``name`` for ``requestor``, or a ToolError."""
         if requestor == "user":
@@ -79,7 +79,7 @@ class Tau2Environment:
 
     # ---- episode set-up and evaluation helpers --------------------------------------------
     def initialise(self, task: dict) -> None:
-        """README §4: initialisation data, initialisation actions, then one more sync."""
+        """τ²'s episode set-up: initialisation data, initialisation actions, then one more sync."""
         state = task.get("initial_state") or {}
         data = state.get("initialization_data") or {}
         if data.get("agent_data"):
@@ -93,7 +93,7 @@ class Tau2Environment:
         self.sync()
 
     def apply_gold_action(self, action: dict) -> bool:
-        """README §9.2: a gold action straight on its toolkit, no sync; failures are skipped."""
+        """For the DB check: a gold action straight on its toolkit, no sync; failures are skipped."""
         requestor = action.get("requestor") or "assistant"
         toolkit = self.user if requestor == "user" else self.agent
         try:
@@ -103,5 +103,5 @@ class Tau2Environment:
             return False
 
     def fingerprints(self) -> tuple[str, str | None]:
-        """(agent DB, user DB or None) fingerprints of the current state (README §9.7)."""
+        """(agent DB, user DB or None) fingerprints of the current state (``toolkit.fingerprint``)."""
         return fingerprint(self.agent.db), (fingerprint(self.user.db) if self.user is not None else None)

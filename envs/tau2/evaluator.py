@@ -1,4 +1,4 @@
-"""τ² reward computation (spec README §9): gating on the termination reason, then the
+"""τ² reward computation: gating on the termination reason, then the
 product of the components named in the task's ``reward_basis``.
 
 The predicted state is the live environment's final state: every tool here is
@@ -21,7 +21,7 @@ from envs.tau2.environment import Tau2Environment
 REWARDING_TERMINATIONS = ("user_stop", "agent_stop")
 DEFAULT_REWARD_BASIS = ("DB", "COMMUNICATE")
 
-# judge(trajectory, nl_assertions) -> list of bools, one per assertion (README §9.6)
+# judge(trajectory, nl_assertions) -> list of bools, one per assertion (the NL_ASSERTION component)
 NLJudge = Callable[[list[dict], list[str]], list[bool]]
 
 
@@ -52,14 +52,14 @@ def tool_calls_in(trajectory: list[dict]):
 
 
 def communicate_met(trajectory: list[dict], info: str) -> bool:
-    """README §9.4: case-insensitive substring of an agent message with commas removed."""
+    """COMMUNICATE: case-insensitive substring of an agent message with commas removed."""
     needle = info.lower()
     return any(m["role"] == "assistant" and m.get("content") and m["content"].strip()
                and needle in m["content"].lower().replace(",", "") for m in trajectory)
 
 
 def action_met(trajectory: list[dict], gold: dict) -> bool:
-    """README §9.5: some call with the same name and the compared arguments equal."""
+    """ACTION: some call with the same name and the compared arguments equal."""
     for call in tool_calls_in(trajectory):
         if call["name"] != gold["name"]:
             continue
@@ -77,17 +77,22 @@ def action_met(trajectory: list[dict], gold: dict) -> bool:
 
 def evaluate(data: Tau2Data, domain: str, task: dict, trajectory: list[dict], termination_reason: str,
              live: Tau2Environment, nl_judge: NLJudge | None = None) -> tuple[float, dict]:
-    """The τ² reward of a finished episode and its breakdown (README §9.1)."""
+    """The τ² reward of a finished episode (gated, then the product of its components) and its breakdown."""
     breakdown: dict = {"termination_reason": termination_reason}
     if termination_reason not in REWARDING_TERMINATIONS:
         breakdown["gated"] = True
+        breakdown["progress"] = 0.0
         return 0.0, breakdown
     criteria = task.get("evaluation_criteria")
     if not criteria:
+        breakdown["progress"] = 1.0
         return 1.0, breakdown
     basis = criteria.get("reward_basis") or list(DEFAULT_REWARD_BASIS)
     breakdown["reward_basis"] = list(basis)
     reward = 1.0
+    # progress: the mean over the scored components of the share of each one's items met
+    # (the DB is one item); it is 1 exactly when the reward is, and grades the failures.
+    parts: list[float] = []
 
     if "DB" in basis or "ENV_ASSERTION" in basis:
         env_reward = 1.0
@@ -98,6 +103,7 @@ def evaluate(data: Tau2Data, domain: str, task: dict, trajectory: list[dict], te
                 breakdown["db_match"] = {"agent": live_fp[0] == gold[0], "user": live_fp[1] == gold[1]}
                 db = float(live_fp == gold)
                 breakdown["DB"] = db
+                parts.append(db)
                 env_reward *= db
             if "ENV_ASSERTION" in basis:
                 results = []
@@ -107,6 +113,7 @@ def evaluate(data: Tau2Data, domain: str, task: dict, trajectory: list[dict], te
                         raise TypeError(f"assertion {a['func_name']} returned {value!r}, not a bool")
                     results.append(value == a.get("assert_value", True))
                 breakdown["env_assertions"] = results
+                parts.append(_share(results))
                 breakdown["ENV_ASSERTION"] = float(all(results))
                 env_reward *= breakdown["ENV_ASSERTION"]
         reward *= env_reward
@@ -114,12 +121,14 @@ def evaluate(data: Tau2Data, domain: str, task: dict, trajectory: list[dict], te
     if "ACTION" in basis:
         met = [action_met(trajectory, g) for g in criteria.get("actions") or []]
         breakdown["actions_met"] = met
+        parts.append(_share(met))
         breakdown["ACTION"] = float(all(met))
         reward *= breakdown["ACTION"]
 
     if "COMMUNICATE" in basis:
         met = [communicate_met(trajectory, s) for s in criteria.get("communicate_info") or []]
         breakdown["communicate_met"] = met
+        parts.append(_share(met))
         breakdown["COMMUNICATE"] = float(all(met))
         reward *= breakdown["COMMUNICATE"]
 
@@ -129,11 +138,18 @@ def evaluate(data: Tau2Data, domain: str, task: dict, trajectory: list[dict], te
             raise ValueError(f"task {task['id']} is scored with NL_ASSERTION; pass env_config['nl_judge']")
         met = list(nl_judge(trajectory, assertions)) if assertions else []
         breakdown["nl_assertions_met"] = met
+        parts.append(_share(met))
         breakdown["NL_ASSERTION"] = float(all(met))
         reward *= breakdown["NL_ASSERTION"]
 
     breakdown["reward"] = reward
+    breakdown["progress"] = round(sum(parts) / len(parts), 6) if parts else reward
     return reward, breakdown
+
+
+def _share(met: list[bool]) -> float:
+    """The fraction of items met; an empty list is fully met, as ``all([])`` scores it."""
+    return sum(map(bool, met)) / len(met) if met else 1.0
 
 
 def is_success(reward: float) -> bool:
@@ -141,7 +157,7 @@ def is_success(reward: float) -> bool:
 
 
 def pass_hat_k(rewards_per_task: dict[str, list[float]], k: int) -> float:
-    """README §9.8: mean over tasks of C(successes, k) / C(trials, k)."""
+    """τ²'s pass^k: mean over tasks of C(successes, k) / C(trials, k)."""
     scores = []
     for task_id, rewards in rewards_per_task.items():
         if len(rewards) < k:

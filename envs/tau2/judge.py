@@ -1,4 +1,4 @@
-"""The optional NL-assertion judge (README §9.6). No paper-era task is scored with
+"""The optional NL-assertion judge (τ²'s NL_ASSERTION component). No paper-era task is scored with
 NL_ASSERTION, so nothing uses it by default; pass ``LLMJudge(chat_fn)`` as
 ``env_config["nl_judge"]`` for task files that are.
 

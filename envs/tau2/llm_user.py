@@ -1,5 +1,5 @@
 """The faithful τ² user: an LLM prompted with the simulation guidelines and the task
-scenario, playing "assistant" in its own conversation (role flipping, README §8.2).
+scenario, playing "assistant" in its own conversation (role flipping, as upstream does).
 
 The model is reached through a chat callable ``chat_fn(messages) -> str`` so that ``envs``
 stays free of engines: the actor graph wires it to an engine actor (any local model,
@@ -18,7 +18,6 @@ import json
 from typing import Callable
 
 from envs.openai_client import OpenAIChatClient  # noqa: F401  (re-exported: the endpoint user)
-
 from envs.tau2.users import UserContext, UserSimulator
 from envs.tool_calls import format_assistant_turn, parse_tool_calls
 

@@ -1,6 +1,6 @@
 """The τ² retail domain: products, users and orders, with 15 agent tools.
 
-Behaviour follows docs/tau2/retail.md, quirks included (a multi-item modification copies
+Behaviour follows upstream τ²-bench's retail domain, quirks included (a multi-item modification copies
 the last variant's price and options to every modified item; cancellation refunds every
 history entry; modification amounts are unrounded floats), because the tasks' gold
 states depend on them. All money is Python floats, summed in the specified order.
@@ -47,7 +47,7 @@ class RetailTools(Toolkit):
                   "modify_pending_order_payment", "modify_user_address", "return_delivered_order_items",
                   "transfer_to_human_agents")
 
-    # ---- lookups (exact error texts, spec §3) -------------------------------------------
+    # ---- lookups (upstream's exact error texts) -----------------------------------------
     def _order(self, order_id):
         if order_id not in self.db["orders"]:
             raise ToolError("Order not found")

@@ -1,7 +1,7 @@
 """The telecom carrier's CRM (the agent DB): customers, lines, plans, bills and devices,
 the 13 agent tools, and the agent-side initialisation helpers and assertions.
 
-Behaviour follows docs/tau2/telecom.md §3-4 and §9.2-9.3. "Today" is fixed at 2025-02-25
+Behaviour follows upstream τ²-bench's telecom CRM. "Today" is fixed at 2025-02-25
 and a new draft bill gets a counter-derived id instead of upstream's random one, so
 episodes are reproducible (no shipped task creates one).
 """
@@ -62,7 +62,7 @@ class TelecomAgentTools(Toolkit):
         super().__init__(db)
         self._new_bills = 0
 
-    # ---- lookups (spec §3.6) -------------------------------------------------------------
+    # ---- lookups (upstream's error texts) ------------------------------------------------
     def _find(self, table: str, key: str, value, label: str):
         for record in self.db[table]:
             if record[key] == value:
@@ -171,7 +171,7 @@ class TelecomAgentTools(Toolkit):
     def get_data_usage(self, customer_id, line_id):
         line = self._target_line(customer_id, line_id)
         plan = self.plan(line["plan_id"])
-        # A plain dict upstream, so its numbers are rendered as strings (README §2).
+        # A plain dict upstream, so its numbers are rendered as strings (``toolkit.render_result``).
         return {"line_id": line_id, "data_used_gb": str(line["data_used_gb"]),
                 "data_limit_gb": str(plan["data_limit_gb"]), "data_refueling_gb": str(line["data_refueling_gb"]),
                 "cycle_end_date": CYCLE_END}
@@ -223,7 +223,7 @@ class TelecomAgentTools(Toolkit):
         draft["line_items"].append(item)
         draft["total_due"] = draft["total_due"] + item["amount"]
 
-    # ---- agent-side initialisation helpers (spec §9.2) ----------------------------------------
+    # ---- agent-side initialisation helpers -------------------------------------------------
     @helper
     def set_data_usage(self, customer_id, line_id, data_used_gb):
         line = self._target_line(customer_id, line_id)
@@ -255,7 +255,7 @@ class TelecomAgentTools(Toolkit):
             line["contract_end_date"] = end
         return f"Line {line_id} suspended for unpaid bill {new_bill_id}. Contract ended: {bool(contract_ended)}"
 
-    # ---- agent-side assertions (spec §9.3) ---------------------------------------------------
+    # ---- agent-side assertions (the ENV_ASSERTION component) -------------------------------
     @helper
     def assert_data_refueling_amount(self, customer_id, line_id, expected_amount) -> bool:
         return abs(self._target_line(customer_id, line_id)["data_refueling_gb"] - expected_amount) < 1e-6

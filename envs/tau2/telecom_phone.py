@@ -1,7 +1,7 @@
 """The telecom customer's phone (the user DB) and its "physics": network search, whether
 mobile data works, the speed test, MMS capability and the status bar.
 
-Spec: docs/tau2/telecom.md §5-7. Connection state changes only during a network search
+Behaviour follows upstream τ²-bench's telecom phone. Connection state changes only during a network search
 (airplane toggles, SIM reseat, reboot, ...), never directly from the carrier side; agent
 changes reach the phone through ``sync_phone_with_crm`` and show up at the next search.
 The constants below are upstream's code values (not its docstrings).
@@ -58,7 +58,7 @@ def effective_sim_status(device: dict) -> str:
 
 
 def network_search(phone: dict) -> None:
-    """Spec §6.2: the only place where connection status, technology and signal change."""
+    """The only place where connection status, technology and signal change."""
     device, around = phone["device"], phone["surroundings"]
     status, tech, signal = "no_service", "none", "none"
     if effective_sim_status(device) == "active":
@@ -90,7 +90,7 @@ def mobile_data_working(phone: dict) -> bool:
 
 
 def speed_test(phone: dict) -> tuple[float | None, str]:
-    """Spec §6.4: (Mbps or None, description)."""
+    """(Mbps or None, description), from upstream's code (not its docstrings)."""
     if not mobile_data_working(phone):
         return None, "No Connection"
     device = phone["device"]
@@ -143,7 +143,7 @@ def status_bar(phone: dict) -> str:
 
 
 def sync_phone_with_crm(agent, user) -> None:
-    """Spec §7: copy carrier facts onto the phone (after every tool call, step and helper).
+    """The sync hook: copy carrier facts onto the phone (after every tool call, step and helper).
 
     ``agent`` is the CRM toolkit and ``user`` the phone toolkit. It never runs a network
     search, so e.g. a resumed line shows service only after the user reboots or toggles.

@@ -1,4 +1,4 @@
-"""The 30 phone tools the telecom *user* operates (docs/tau2/telecom.md §8); the
+"""The 30 phone tools the telecom *user* operates (as upstream τ²-bench exposes them); the
 initialisation helpers and assertions come from ``PhoneHelpers``.
 
 All tools return strings; many append ``"\\nStatus Bar: ..."``. The "Error. ..." results of
@@ -8,8 +8,15 @@ All tools return strings; many append ``"\\nStatus Bar: ..."``. The "Error. ..."
 from __future__ import annotations
 
 from envs.base import ToolError
-from envs.tau2.telecom_phone import (APN, NETWORK_MODES, effective_sim_status, mms_possible,
-                                     network_search, speed_test, status_bar)
+from envs.tau2.telecom_phone import (
+    APN,
+    NETWORK_MODES,
+    effective_sim_status,
+    mms_possible,
+    network_search,
+    speed_test,
+    status_bar,
+)
 from envs.tau2.telecom_user_helpers import PERMISSION_NAMES, PhoneHelpers
 from envs.tau2.toolkit import Toolkit, conform, tool
 
@@ -44,7 +51,7 @@ class PhoneTools(PhoneHelpers, Toolkit):
     def __init__(self, db: dict):
         super().__init__(db)
         # Upstream shares one default VPN record process-wide; we keep it per environment
-        # (spec §8.6): after break_vpn, reconnecting in the same episode stays "poor".
+        # so episodes stay independent: after break_vpn, reconnecting in the same episode stays "poor".
         self._default_vpn = {"server_address": "192.168.1.1", "protocol": "OpenVPN", "server_performance": "excellent"}
 
     @property
@@ -133,7 +140,7 @@ class PhoneTools(PhoneHelpers, Toolkit):
             if vpn is None:
                 return "VPN is ON and connected (no specific details available)."
             perf = vpn["server_performance"]
-            # Upstream prints the record's Python repr, enum member included (quirk 11).
+            # Upstream prints the record's Python repr, enum member included (an upstream quirk, kept).
             return (f"VPN is ON and connected. Details: {{'server_address': {vpn['server_address']!r}, "
                     f"'protocol': {vpn['protocol']!r}, "
                     f"'server_performance': <PerformanceLevel.{perf.upper()}: {perf!r}>}}")
@@ -224,7 +231,8 @@ class PhoneTools(PhoneHelpers, Toolkit):
 
     @tool("write", "Set the APN configuration.", apn_settings=_APN_ARG)
     def set_apn_settings(self, apn_settings):
-        # Deviation recommended by the spec (quirk 15): a non-object is rejected, state unchanged.
+        # A deliberate deviation: upstream stores a non-object as the APN record and leaves the phone
+        # broken for later calls; here it is rejected and the state stays unchanged.
         if not isinstance(apn_settings, dict):
             raise ToolError("1 validation error for APNSettings\n  Input should be an object")
         try:

@@ -1,6 +1,6 @@
 """The phone's non-tool functions that tasks call by name and no LLM sees: the user-side
 initialisation helpers that break the phone for a scenario, and the assertion functions
-that score it (docs/tau2/telecom.md §9.1, §9.3). Mixed into ``PhoneTools``.
+that score it (the ENV_ASSERTION component). Mixed into ``PhoneTools``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ PERMISSION_NAMES = ("sms", "storage", "phone", "network")
 class PhoneHelpers:
     """Helpers and assertions over ``self.db`` / ``self.device``; uses PhoneTools' toggles."""
 
-    # ---- user-side initialisation helpers (spec §9.1) ---------------------------------------
+    # ---- user-side initialisation helpers ----------------------------------------------------
     @helper
     def set_user_info(self, name, phone_number):
         self.db["surroundings"].update(name=name, phone_number=phone_number)
@@ -108,7 +108,7 @@ class PhoneHelpers:
     def simulate_network_search(self):
         self._search()
 
-    # ---- user-side assertions (spec §9.3) ------------------------------------------------------
+    # ---- user-side assertions (the ENV_ASSERTION component) ----------------------------------
     @helper
     def assert_airplane_mode_status(self, expected_status) -> bool:
         return self.device["airplane_mode"] == expected_status

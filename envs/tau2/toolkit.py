@@ -8,7 +8,7 @@ as ``None``), so the state fingerprint is one ``json.dumps`` and a fresh copy is
 ``json.loads``.
 
 Tools signal failures by raising; the environment turns the exception text into a
-τ²-style ``Error: ...`` tool message (spec README §2).
+τ²-style ``Error: ...`` tool message.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def helper(fn):
 
 
 def fingerprint(state: Any) -> str:
-    """First 12 hex digits of the sha256 of the canonical JSON (spec README §9.7)."""
+    """First 12 hex digits of the sha256 of the canonical JSON (sorted keys), τ²'s state form."""
     return hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -60,7 +60,7 @@ def render_result(value: Any) -> str:
     """A tool's return value as the tool-message text: strings verbatim, the rest as JSON.
 
     Tools that upstream return plain dicts with numbers stringify those numbers themselves
-    (README §2), so records (whose numbers stay native) and plain dicts both dump as-is.
+    (upstream renders bare numbers inside plain dicts as strings), so records (whose numbers stay native) and plain dicts both dump as-is.
     """
     if isinstance(value, str):
         return value
@@ -108,13 +108,13 @@ class Toolkit:
 
     # ---- calling ---------------------------------------------------------------------------
     def call(self, name: str, arguments: dict) -> Any:
-        """Call a tool or helper with keyword arguments, unvalidated (README §2 step 3)."""
+        """Call a tool or helper with keyword arguments, unvalidated, as upstream does (no schema check or type coercion)."""
         if not self.has_function(name):
             raise ToolError(f"Tool '{name}' not found.")
         return getattr(self, name)(**arguments)
 
 
-    # ---- the two tools every domain shares (README §2) -------------------------------------
+    # ---- the two tools every domain shares ------------------------------------------------
     @tool("generic", "Calculate the result of an arithmetic expression.",
           expression=("string", "The expression, e.g. '2 * (3 + 4)'; digits, + - * / ( ) . and spaces only."))
     def calculate(self, expression: str) -> str:

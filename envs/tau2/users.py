@@ -1,6 +1,6 @@
 """User simulators behind one interface, the τ² scenario text and the stop tokens.
 
-A simulator sees only what the τ² user sees (README §6.3): the agent's text messages and
+A simulator sees only what the τ² user sees: the agent's text messages and
 the results of its own tool calls. ``respond`` gets the messages addressed to the user
 since its last turn and returns ``{"content": str | None, "tool_calls": [{"name",
 "arguments"}]}``. Implementations: ``LLMUser`` (llm_user.py, the faithful one) and
@@ -18,7 +18,7 @@ STOP_TOKENS = ("###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###")
 
 
 def is_stop(message: dict) -> bool:
-    """README §6.4: a user message without tool calls whose text holds a stop token."""
+    """A user message without tool calls whose text holds a stop token (it ends the episode)."""
     return not message.get("tool_calls") and any(t in (message.get("content") or "") for t in STOP_TOKENS)
 
 
@@ -39,7 +39,7 @@ def render_instructions(instructions) -> str:
 
 
 def render_scenario(scenario: dict) -> str:
-    """``str(user_scenario)`` exactly as upstream renders it (README §8.1)."""
+    """``str(user_scenario)`` exactly as upstream renders it into the user's system prompt."""
     lines = []
     if scenario.get("persona") is not None:
         lines += ["Persona:", _indent(scenario["persona"])]
@@ -57,7 +57,7 @@ class UserContext:
 
     domain: str
     task: dict  # the raw τ² task (scenario, ids); a faithful simulator reads only the scenario
-    system_prompt: str  # guidelines + scenario (README §8.1)
+    system_prompt: str  # guidelines + scenario
     tools: list = field(default_factory=list)  # envs.base.Tool records of the user's phone (telecom)
 
 

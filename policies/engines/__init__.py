@@ -1,6 +1,6 @@
 """Generation and scoring engines with one interface (see ``base``)."""
 
-from policies.engines.base import (Generation, PromptTooLongError, SamplingParams, StaleWeightsError)
+from policies.engines.base import Generation, PromptTooLongError, SamplingParams, StaleWeightsError
 
 ENGINES = ("vllm", "hf")
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from policies.engines.base import (Generation, SamplingParams, check_prompts, check_version,
-                                   generation_budget)
+from policies.engines.base import Generation, SamplingParams, check_prompts, check_version, generation_budget
 
 
 def _dtype(name: str) -> torch.dtype:

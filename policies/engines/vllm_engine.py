@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import os
 
-from policies.engines.base import (Generation, SamplingParams, check_prompts, check_version,
-                                   generation_budget)
+from policies.engines.base import Generation, SamplingParams, check_prompts, check_version, generation_budget
 
 
 def _load_weights(worker, weights):
@@ -76,8 +75,8 @@ class VLLMEngine:
                  gpu_memory_utilization: float | None = None, enforce_eager: bool = True, **llm_kwargs):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-        from vllm import LLM
         import torch
+        from vllm import LLM
 
         on_gpu = torch.cuda.is_available()
         if gpu_memory_utilization is None:

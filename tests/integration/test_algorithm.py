@@ -6,6 +6,7 @@ import pytest
 import ray
 
 from rti_actors import RTIConfig
+from rti_actors.trajectory import EpisodeSpec
 from tests.integration import learnable_env  # noqa: F401  (registers FirstLetter-v0)
 
 pytestmark = pytest.mark.integration
@@ -118,13 +119,13 @@ def test_checkpoint_restore_continues_exactly(ray_cluster, flat_model, tmp_path)
 def test_killed_env_runner_loses_no_episode(ray_cluster, flat_model, tmp_path):
     algo = _config(flat_model, tmp_path).fault_tolerance(max_restarts=2).build()
     try:
-        specs = [{"task_id": f"train-{i % 4}", "sample_index": i, "seed": 0} for i in range(16)]
+        specs = [EpisodeSpec(f"train-{i % 4}", i) for i in range(16)]
         refs = algo.runners[0].sample.remote(specs[:8], algo._sampling())
         ray.kill(algo.runners[0], no_restart=False)
         with pytest.raises(ray.exceptions.RayActorError):
             ray.get(refs)
         out = algo._sample(specs, algo._sampling())
-        assert sorted((t["task_id"], t["sample_index"]) for t in out) == sorted((s["task_id"], s["sample_index"]) for s in specs)
+        assert sorted((t.task_id, t.sample_index) for t in out) == sorted((s.task_id, s.sample_index) for s in specs)
         assert algo.train()["num_episodes"] == 8
     finally:
         algo.stop()

@@ -6,7 +6,7 @@ import pytest
 import ray
 
 from policies.engines import PromptTooLongError
-from rti_actors.engine_actor import EngineActor, explicit_seeds
+from rti_actors.engine_actor import EngineActor, EnginePool, explicit_seeds
 
 GREEDY = {"max_tokens": 6, "temperature": 0.0}
 REQUESTS = ([[1, 2, 3, 4]], [[5, 6, 7], [8, 9]], [[10, 11, 12]])  # prompts per caller
@@ -83,3 +83,36 @@ def test_explicit_seeds():
     assert len(set(unseeded)) == 3 and unseeded != explicit_seeds(3, {}, None, rng)
     with pytest.raises(ValueError, match="one seed per prompt"):
         explicit_seeds(2, {}, [1], rng)
+
+
+@ray.remote(num_cpus=0)
+class _NamedEngine:
+    """Stands in for an engine actor: answers ``generate`` with its own name."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def generate(self, prompts, sampling, seeds):
+        return [{"engine": self.name} for _ in prompts]
+
+
+@ray.remote(num_cpus=0)
+class _Runner:
+    def __init__(self, pool):
+        self.pool = pool
+
+    def step(self):
+        return self.pool.generate([[1, 2]], GREEDY)[0]["engine"]
+
+
+def test_env_runners_in_lockstep_spread_over_the_engines(ray_cluster):
+    # Ray pickles the pool into each runner; the copies must not all start on engine 0.
+    engines = [_NamedEngine.remote(f"e{i}") for i in range(2)]
+    pool = EnginePool(engines)
+    runners = [_Runner.remote(pool) for _ in range(2)]
+    try:
+        for _ in range(3):
+            assert sorted(ray.get([r.step.remote() for r in runners])) == ["e0", "e1"]
+    finally:
+        for a in runners + engines:
+            ray.kill(a)

@@ -1,10 +1,10 @@
 """`ray job submit` of an example against a `ray start --head` cluster the test starts."""
 
 import os
-import tempfile
-import time
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest

@@ -1,12 +1,14 @@
 """RTI end to end: a real Ray cluster, the tiny model, a real engine and DeepSpeed learner."""
 
 import math
+import time
 
 import pytest
 import ray
 
 from rti_actors import RTIConfig
 from rti_actors.groups import group_by_task
+from rti_actors.trajectory import EpisodeSpec
 from tests.integration import learnable_env  # noqa: F401  (registers FirstLetter-v0)
 
 pytestmark = pytest.mark.integration
@@ -25,8 +27,7 @@ def _nav_config(model, tmp_path, name, **interventions):
 
 
 def _sample_groups(algo):
-    specs = [{"task_id": tid, "sample_index": j, "seed": 0, "round": 0, "split": "train"}
-             for tid in algo.train_ids[:2] for j in range(2)]
+    specs = [EpisodeSpec(tid, j) for tid in algo.train_ids[:2] for j in range(2)]
     return group_by_task(algo._sample(specs, algo._sampling()))
 
 
@@ -34,25 +35,25 @@ def test_rules_intervention_is_accepted_continued_and_trained(ray_cluster, tiny_
     algo = _nav_config(tiny_model_path, tmp_path, "rules").build()
     try:
         groups = _sample_groups(algo)
-        assert all(max(t["reward"] for t in g) == 0 for g in groups)  # a random model fails everything
+        assert all(max(t.reward for t in g) == 0 for g in groups)  # a random model fails everything
         for g in groups:
             for t in g:
-                assert set(t["token_weight"]) == {1.0}  # on-policy trajectories: weights exactly 1
+                assert set(t.token_weight) == {1.0}  # on-policy trajectories: weights exactly 1
         new_groups, m = algo._intervene(groups)
         assert m["rti/provider"] == "rules" and m["rti/triggered_groups"] == 2
         assert m["rti/accepted"] >= 1 and m["rti/continued"] >= 1
-        rescued = [t for g in new_groups for t in g if t.get("intervened")]
+        rescued = [t for g in new_groups for t in g if t.intervened]
         assert len(rescued) == m["rti/continued"]
         for t in rescued:
-            a, b = t["corrected_span"]
-            w = t["token_weight"]
+            a, b = t.corrected_span
+            w = t.token_weight
             assert all(x == 1.0 for x in w[:a] + w[b:])        # 1 everywhere else ...
             assert any(x != 1.0 for x in w[a:b])                 # ... and reweighted on the fix
             assert all(0.8 - 1e-9 <= x <= 1.2 + 1e-9 for x in w[a:b])
-            assert set(t["loss_mask"][a:b]) == {1}
-            assert t["ids"][b - 1] == algo.intervention.renderer.eos_id
-            assert t["reward"] in (0.0, 1.0)                     # scored by the same reward
-            assert t["sample_index"] >= 2 and "source_index" in t
+            assert set(t.loss_mask[a:b]) == {1}
+            assert t.ids[b - 1] == algo.intervention.renderer.eos_id
+            assert t.reward in (0.0, 1.0)                        # scored by the same reward
+            assert t.sample_index >= 2 and t.source_index is not None
         assert sum(len(g) for g in new_groups) == 4 + len(rescued)  # append mode
         # and the learner trains on the rescued trajectories with the rest of the group
         result = algo.train()
@@ -91,15 +92,14 @@ def test_leakage_canary_never_reaches_a_sample_or_prompt(ray_cluster, tiny_model
     try:
         for it in range(2):
             groups = _sample_groups(algo)
-            assert canary in repr(ray.get(algo.runners[0].reward_evidence.remote(groups[0][0]["task_id"], "train")))
+            assert canary in repr(ray.get(algo.runners[0].reward_evidence.remote(groups[0][0].task_id, "train")))
             new_groups, m = algo._intervene(groups)
             assert m["rti/triggered_groups"] == len(groups)
             for t in (t for g in new_groups for t in g):
-                assert canary not in tok.decode(t["ids"])
+                assert canary not in tok.decode(t.ids)
             algo.train()
-        evals = algo._sample([{"task_id": "test-0", "sample_index": 0, "seed": 0, "round": "e", "split": "test"}],
-                             algo._sampling())
-        assert canary not in tok.decode(evals[0]["ids"])
+        evals = algo._sample([EpisodeSpec("test-0", 0, 0, "e", "test")], algo._sampling())
+        assert canary not in tok.decode(evals[0].ids)
     finally:
         algo.stop()
 
@@ -111,14 +111,31 @@ def test_second_fix_on_a_rescued_trajectory_that_still_fails(ray_cluster, tiny_m
     finally:
         algo.stop()
     assert m["rti/accepted_second_fix"] >= 1
-    twice = [t for g in new_groups for t in g if t.get("depth") == 1]
+    twice = [t for g in new_groups for t in g if t.depth == 1]
     assert twice
     for t in twice:
-        a, b = t["corrected_span"]
-        w = t["token_weight"]
+        a, b = t.corrected_span
+        w = t.token_weight
         assert any(x != 1.0 for x in w[:a])  # the first fix, carried in the prefix
         assert any(x != 1.0 for x in w[a:b]) and all(x == 1.0 for x in w[b:])
     # each source trajectory contributes at most one rescued trajectory to its group
     for g in new_groups:
-        sources = [t["source_index"] for t in g if t.get("intervened")]
+        sources = [t.source_index for t in g if t.intervened]
         assert len(sources) == len(set(sources))
+
+
+def test_rule_roles_need_an_env_that_has_them(ray_cluster, tiny_model_path, tmp_path):
+    from rti_actors import ConfigError
+
+    cfg = (RTIConfig().environment("FirstLetter-v0", env_config={"target": "a"})
+           .policy(model=tiny_model_path, engine="hf", max_new_tokens=8, max_model_len=1024)
+           .env_runners(num_env_runners=1, num_envs_per_env_runner=1)
+           .training(algorithm="rti", group_size=2, tasks_per_iteration=1).interventions(roles="rules")
+           .reporting(run_dir=str(tmp_path), run_name="no-rules", tensorboard=False, plot=False))
+    free = ray.available_resources().get("CPU", 0.0)
+    with pytest.raises(ConfigError, match="rti_rules"):
+        cfg.build()
+    deadline = time.time() + 30  # the actors that had started are gone again
+    while time.time() < deadline and ray.available_resources().get("CPU", 0.0) < free:
+        time.sleep(0.5)
+    assert ray.available_resources().get("CPU", 0.0) == pytest.approx(free)

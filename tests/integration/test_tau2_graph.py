@@ -11,8 +11,10 @@ import gymnasium as gym
 import pytest
 
 from rti_actors import RTIConfig
+from rti_actors.build import ExtraEngines, resolve_env_config
 from rti_actors.config import ConfigError
-from rti_actors.engine_chat import EngineChat, resolve_env_config
+from rti_actors.engine_chat import EngineChat
+from rti_actors.trajectory import EpisodeSpec
 
 pytestmark = pytest.mark.integration
 
@@ -52,17 +54,20 @@ def test_bad_chat_model_values_fail_with_config_errors(tmp_path):
            ({"judge": "endpoint"}, "base_url")]
     for env_config, words in bad:
         with pytest.raises(ConfigError, match=re.escape(words)):
-            resolve_env_config(env_config, [], "unused", "hf", {})
+            resolve_env_config(env_config, [], "unused", ExtraEngines("hf", {}))
     # plain configs pass through untouched, and the caller's dict is never changed
     cfg = {"user": "scripted", "max_turns": 3}
-    assert resolve_env_config(cfg, [], "unused", "hf", {}) == (cfg, [])
+    extra = ExtraEngines("hf", {})
+    assert resolve_env_config(cfg, [], "unused", extra) == cfg and extra.handles() == []
 
 
 def test_a_model_folder_gets_one_engine_actor_of_its_own(ray_cluster, tiny_model_path):
     import ray
 
     cfg = {"user": "llm", "user_model": tiny_model_path, "judge": "model", "judge_model": tiny_model_path}
-    out, started = resolve_env_config(cfg, [], "unused", "hf", {"max_model_len": 1024})
+    extra = ExtraEngines("hf", {"max_model_len": 1024})
+    out = resolve_env_config(cfg, [], "unused", extra)
+    started = extra.handles()
     try:
         assert len(started) == 1  # the user and the judge share the folder's engine
         assert out["user_chat_fn"].pool.handles == started and out["judge_fn"].__self__.pool.handles == started
@@ -98,8 +103,7 @@ def test_tau2_llm_user_is_the_policy_engine(ray_cluster, long_model, tmp_path):
     try:
         assert algo.config["environment"]["env_config"] == env_config  # the saved config keeps plain strings
         tid = algo.train_ids[0]
-        traj = algo._sample([{"task_id": tid, "sample_index": 0, "seed": 0, "round": 0, "split": "train"}],
-                            algo._sampling())[0]
+        traj = algo._sample([EpisodeSpec(tid)], algo._sampling())[0]
         # The same opening on the driver, with an EngineChat over the same engine: the user
         # turn in the runner's episode came from the policy's engine, not from a script.
         chat = EngineChat(algo.engines, algo.model_path, max_tokens=12, temperature=1.0)
@@ -112,13 +116,13 @@ def test_tau2_llm_user_is_the_policy_engine(ray_cluster, long_model, tmp_path):
     finally:
         algo.stop()
     assert info["user_simulator"] == "llm"
-    assert _first_user_message(traj["messages"]) == opening
+    assert _first_user_message(traj.messages) == opening
     assert opening != _first_user_message(scripted.reset(options={"task_id": tid})[0])
-    assert "user_error" not in traj["info"]
-    assert traj["info"]["termination_reason"] in ("max_turns", "user_stop", "too_many_errors", "max_steps")
-    assert traj["num_turns"] == 2 and not traj["context_truncated"]
+    assert "user_error" not in traj.info
+    assert traj.info["termination_reason"] in ("max_turns", "user_stop", "too_many_errors", "max_steps")
+    assert traj.num_turns == 2 and not traj.context_truncated
     # the user answered the agent's text turn too, again through the engine
-    assert sum(m["role"] == "user" for m in traj["messages"]) >= 2
+    assert sum(m["role"] == "user" for m in traj.messages) >= 2
 
 
 def test_hard20_judged_by_the_policy(ray_cluster, tiny_model_path, tmp_path):
@@ -133,8 +137,7 @@ def test_hard20_judged_by_the_policy(ray_cluster, tiny_model_path, tmp_path):
         chat = EngineChat(algo.engines, algo.model_path, max_tokens=10, temperature=1.0, seed=3)
         reply = chat.judge(QUESTION)
         tid = algo.train_ids[0]
-        traj = algo._sample([{"task_id": tid, "sample_index": 0, "seed": 0, "round": 0, "split": "train"}],
-                            algo._sampling())[0]
+        traj = algo._sample([EpisodeSpec(tid)], algo._sampling())[0]
         m = algo.train()
     finally:
         algo.stop()
@@ -146,7 +149,7 @@ def test_hard20_judged_by_the_policy(ray_cluster, tiny_model_path, tmp_path):
     assert reply and reply == tok.decode([i for i in gen.token_ids if i != tok.eos_token_id]).strip()
     # Hard20 graded every rubric item by asking the policy (a random model's verdicts are
     # unreadable, so each falls back, and the breakdown says the judge was asked)
-    b = traj["info"]["reward_breakdown"]
-    assert traj["info"]["judge"] == b["judge"] == "fn:policy"
+    b = traj.info["reward_breakdown"]
+    assert traj.info["judge"] == b["judge"] == "fn:policy"
     assert b["rubric"] and {r["source"] for r in b["rubric"]} <= {"judge", "fallback (judge unreadable)"}
     assert m["rti/triggered_groups"] == 1 and m["num_episodes"] == 2

@@ -10,6 +10,7 @@ from envs import format_assistant_turn, make_env
 from policies.chat import ChatRenderer
 from rti_actors.demonstrations import check_record, from_trajectory, read_jsonl, record_agent, to_sample, write_jsonl
 from rti_actors.losses import sft_loss
+from rti_actors.trajectory import Trajectory
 
 
 @pytest.fixture(scope="module")
@@ -94,8 +95,7 @@ def test_rollout_records_tokenise_like_raw_records(nav_records, renderer):
     # inside) and no tools: it must tokenise to the same ids as the raw record
     raw = to_sample(renderer, nav_records[0])
     turns = [m for m in nav_records[0]["messages"] if m["role"] == "assistant"]
-    seen = from_trajectory({"task_id": "t", "reward": 1.0, "messages": raw["messages"], "actions": turns},
-                           "Navigation-v0")
+    seen = from_trajectory(Trajectory("t", 0, reward=1.0, messages=raw["messages"], actions=turns), "Navigation-v0")
     assert seen["num_context_messages"] == 4  # system (with schemas), the example exchange (2), the request
     again = to_sample(renderer, seen)
     assert again["ids"] == raw["ids"] and again["loss_mask"] == raw["loss_mask"]

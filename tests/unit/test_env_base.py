@@ -125,16 +125,10 @@ def test_check_env():
     check_env(gym.make("CalcTest-v0").unwrapped)
 
 
-def test_snapshot_and_restore_replay_the_turns():
+def test_optional_rti_hooks_have_generic_defaults():
     env = CalcEnv({})
-    env.reset(options={"task_id": "t2"})
-    env.step('<tool_call>{"name": "add", "arguments": {"x": 7, "y": 8}}</tool_call>')
-    snap = env.snapshot()
-    assert snap["task_id"] == "t2" and len(snap["actions"]) == 1
-    other = CalcEnv({})
-    history = other.restore(**snap)
-    assert history == env.messages and other.turns == 1
-    _, r, term, _, _ = other.step("15")
-    assert term and r == 1.0
-    with pytest.raises(ValueError, match="past the end"):
-        CalcEnv({}).restore("t0", ["done", "again"])
+    assert env.rti_rules() is None
+    facts = env.verifier_facts()
+    assert facts["tool_output_keys"] == [] and facts["coordinate_tolerance_deg"] == 0.0
+    facts["tool_output_weak_keys"].append("sum")  # a copy: the default stays as it was
+    assert "sum" not in CalcEnv({}).verifier_facts()["tool_output_weak_keys"]

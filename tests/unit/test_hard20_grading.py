@@ -10,8 +10,8 @@ import pytest
 from envs.hard20 import Hard20Env, claw_score, run_script
 from envs.hard20.grading import robustness
 from envs.hard20.judge import RubricJudge, make_judge, parse_verdict
-from envs.openai_client import OpenAIChatClient
 from envs.hard20.suite import spec_for
+from envs.openai_client import OpenAIChatClient
 from envs.tool_calls import format_tool_call
 
 TASK = "hard20-inbox_triage"

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 from rti_actors.config import ConfigError, RTIConfig
-from rti_actors.groups import assign_advantages, group_advantages, group_by_task, is_learnable, to_learner_sample
+from rti_actors.groups import assign_advantages, group_advantages, group_by_task, is_learnable
 from rti_actors.metrics import format_table, pass_at_k, pass_hat_k, summarize
 from rti_actors.replay import ReplayQueue
+from rti_actors.trajectory import Trajectory, learner_sample
 
 
 def test_pass_at_k_matches_brute_force():
@@ -40,18 +41,19 @@ def test_group_advantages():
     adv = group_advantages([1, 0, 0, 0])
     assert adv[0] > 0 and all(a < 0 for a in adv[1:]) and abs(sum(adv)) < 1e-6
     assert group_advantages([0, 0, 0]) == [0.0, 0.0, 0.0]
-    trajs = [{"task_id": t, "sample_index": i, "reward": r} for t, i, r in [("x", 1, 0.0), ("y", 0, 1.0), ("x", 0, 1.0), ("y", 1, 1.0)]]
+    trajs = [Trajectory(t, i, reward=r) for t, i, r in [("x", 1, 0.0), ("y", 0, 1.0), ("x", 0, 1.0), ("y", 1, 1.0)]]
     groups = group_by_task(trajs)
-    assert [[t["sample_index"] for t in g] for g in groups] == [[0, 1], [0, 1]]
+    assert [[t.sample_index for t in g] for g in groups] == [[0, 1], [0, 1]]
     assert is_learnable(groups[0]) and not is_learnable(groups[1])
     assign_advantages(groups[0])
-    assert groups[0][0]["advantage"] == pytest.approx(1.0, abs=1e-4)
+    assert groups[0][0].advantage == pytest.approx(1.0, abs=1e-4)
 
 
 def test_learner_sample_carries_no_messages_or_evidence():
-    t = {"ids": [1], "loss_mask": [1], "logprobs": [0.0], "token_weight": [1.0], "advantage": 0.5,
-         "policy_version": 3, "messages": ["secret"], "info": {"evidence": "secret"}}
-    assert "secret" not in repr(to_learner_sample(t))
+    t = Trajectory("t", 0, ids=[1], loss_mask=[1], logprobs=[0.0], token_weight=[1.0], advantage=0.5,
+                   policy_version=3, messages=[{"role": "user", "content": "secret"}], info={"evidence": "secret"},
+                   tools=[{"name": "secret"}])
+    assert "secret" not in repr(learner_sample(t))
 
 
 def test_replay_queue_staleness():
@@ -85,6 +87,7 @@ def test_config_round_trip_and_freeze():
     (lambda c: c.learners(zero_stage=4), "zero_stage"),
     (lambda c: c.env_runners(num_env_runners=0), "num_env_runners"),
     (lambda c: c.env_runners(num_env_runners=64), "CPUs"),
+    (lambda c: c.debugging(log_level="LOUD"), "log_level"),
 ])
 def test_bad_configs_fail_with_what_to_change(mutate, needle):
     cfg = mutate(RTIConfig().environment("Navigation-v0"))

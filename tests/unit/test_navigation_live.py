@@ -86,7 +86,7 @@ def live_env(server, monkeypatch):
 
 
 def _no_key_anywhere(env):
-    everything = json.dumps([env.messages, env.config, env.snapshot()], ensure_ascii=False) + repr(env.client)
+    everything = json.dumps([env.messages, env.config, env.actions], ensure_ascii=False) + repr(env.client)
     assert KEY not in everything
 
 

@@ -8,7 +8,8 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 
 from envs.openai_client import OpenAIChatClient as EndpointClient
-from rti_actors.roles import RoleActor
+from rti_actors.rti.records import CorrectQuery, EpisodeText, ValidateQuery, VerifyQuery
+from rti_actors.rti.roles import RoleActor
 
 MODE = {"value": "good"}
 
@@ -52,9 +53,12 @@ def endpoint():
     server.shutdown()
 
 
-REQ = {"history": [{"role": "user", "content": "Plan a route"}], "step": "<tool_call>{}</tool_call>",
-       "evidence": {"gold": "secret"}, "language": "en", "tools": [], "verdict": {"diagnosis": "d", "suggest_next": "s"},
-       "corrected": "x"}
+EPISODE = EpisodeText([{"role": "user", "content": "Plan a route"}, {"role": "assistant", "content": "x"}],
+                      ["<tool_call>{}</tool_call>"], [], "en")
+VERDICT = {"diagnosis": "d", "suggest_next": "s"}
+VALIDATE = ValidateQuery(EPISODE, {"gold": "secret"})
+CORRECT = CorrectQuery(EPISODE, {"gold": "secret"}, 0, VERDICT)
+VERIFY = VerifyQuery(EPISODE.history(0), EPISODE.actions[0], "x", VERDICT, "en")
 
 
 def test_endpoint_roles_parse_answers(endpoint, tiny_model_path):
@@ -63,24 +67,24 @@ def test_endpoint_roles_parse_answers(endpoint, tiny_model_path):
     client.check()
     assert "sk-test-secret" not in repr(client)
     actor = RoleActor(client, None, tiny_model_path, max_model_len=1024, max_role_tokens=64)
-    v = actor.validate([REQ])[0]
+    v = actor.validate([VALIDATE])[0].verdict
     assert v == {"is_valid": False, "error_types": ["wrong_tool"], "diagnosis": "searched the wrong city",
                  "suggest_next": "search again with the city"}
-    attempts = actor.correct([REQ], attempts=2, temperature=0.8, seeds=[0])[0]
-    assert len(attempts) == 2 and all(a["complete"] for a in attempts)
+    attempts = actor.correct([CORRECT], attempts=2, temperature=0.8, seeds=[0])[0]
+    assert len(attempts) == 2 and all(a.complete for a in attempts)
     eos = actor.policy_tokenizer.eos_token_id
-    assert attempts[0]["ids"][-1] == eos and "poi_search" in actor.policy_tokenizer.decode(attempts[0]["ids"])
-    assert actor.verify([REQ])[0] == {"consistent": True, "plausible": True, "reason": "ok"}
+    assert attempts[0].ids[-1] == eos and "poi_search" in actor.policy_tokenizer.decode(attempts[0].ids)
+    assert actor.verify([VERIFY])[0] == {"consistent": True, "plausible": True, "reason": "ok"}
 
 
 def test_garbage_and_timeouts_skip_the_candidate(endpoint, tiny_model_path):
     MODE["value"] = "garbage"
     actor = RoleActor(EndpointClient(endpoint), None, tiny_model_path, max_model_len=1024)
-    assert actor.validate([REQ]) == [None] and actor.verify([REQ]) == [None]
+    assert actor.validate([VALIDATE])[0].verdict is None and actor.verify([VERIFY]) == [None]
     MODE["value"] = "timeout"
     slow = RoleActor(EndpointClient(endpoint, timeout=0.5), None, tiny_model_path, max_model_len=1024)
-    attempts = slow.correct([REQ], attempts=1, temperature=0.8, seeds=[0])[0]
-    assert attempts[0]["complete"] is False and "error" in attempts[0]
+    attempts = slow.correct([CORRECT], attempts=1, temperature=0.8, seeds=[0])[0]
+    assert attempts[0].complete is False and attempts[0].error
     MODE["value"] = "good"
 
 

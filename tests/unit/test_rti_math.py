@@ -5,8 +5,9 @@ import math
 import numpy as np
 import pytest
 
-from rti_actors.gate import passes_gate, perplexity, token_weights
 from rti_actors.groups import assemble, assign_advantages
+from rti_actors.rti.gate import passes_gate, perplexity, token_weights
+from rti_actors.trajectory import Trajectory
 
 
 def test_perplexity_against_a_hand_computation():
@@ -37,26 +38,25 @@ def test_token_weights_are_clipped_ratios():
 
 
 def _group(task, rewards):
-    return [{"task_id": task, "sample_index": i, "reward": r} for i, r in enumerate(rewards)]
+    return [Trajectory(task, i, reward=r) for i, r in enumerate(rewards)]
 
 
 def test_assemble_append_and_replace():
     groups = [_group("a", [0, 0, 0]), _group("b", [1, 0, 0])]
-    rescued = [{"task_id": "a", "sample_index": 3, "reward": 1.0, "group": 0, "source_index": 1}]
+    rescued = [Trajectory("a", 3, reward=1.0, group=0, source_index=1)]
     appended = assemble(groups, rescued, "append")
-    assert [t["sample_index"] for t in appended[0]] == [0, 1, 2, 3] and appended[1] == groups[1]
+    assert [t.sample_index for t in appended[0]] == [0, 1, 2, 3] and appended[1] == groups[1]
     replaced = assemble(groups, rescued, "replace")
-    assert [t["sample_index"] for t in replaced[0]] == [0, 2, 3]
+    assert [t.sample_index for t in replaced[0]] == [0, 2, 3]
     assert len(groups[0]) == 3  # inputs untouched
     with pytest.raises(ValueError):
         assemble(groups, rescued, "merge")
 
 
 def test_advantages_with_an_appended_member():
-    g = assemble([_group("a", [0, 0, 0, 0])], [{"task_id": "a", "sample_index": 4, "reward": 1.0, "group": 0,
-                                                  "source_index": 0}])[0]
+    g = assemble([_group("a", [0, 0, 0, 0])], [Trajectory("a", 4, reward=1.0, group=0, source_index=0)])[0]
     assign_advantages(g)
-    adv = [t["advantage"] for t in g]
+    adv = [t.advantage for t in g]
     r = np.array([0, 0, 0, 0, 1.0])
     expected = (r - r.mean()) / (r.std() + 1e-6)
     assert adv == pytest.approx(expected.tolist())

@@ -14,9 +14,9 @@ import pytest
 import envs
 from envs.navigation.agents import NaiveAgent, OracleAgent, run_episode
 from envs.navigation.geo import haversine_m, parse_lonlat
+from envs.navigation.rules import NavigationRules
 from envs.tool_calls import format_tool_call, parse_tool_calls
-from rti_actors.rules_roles import NavigationRules
-from rti_actors.verifier_checks import check_corrected_step
+from rti_actors.rti.verifier_checks import check_corrected_step
 
 RULES = NavigationRules()
 
@@ -67,16 +67,24 @@ def oracle_next(messages, evidence, language):
     return reply(language)
 
 
+def replay(env, task_id, actions):
+    """The env after ``actions`` on a fresh reset (episodes are deterministic): its messages."""
+    env.reset(options={"task_id": task_id})
+    for action in actions:
+        env.step(action)
+    return list(env.messages)
+
+
 def intervene(env, task_id, actions, messages, evidence, language):
     """Validate, correct, replay prefix + fix + oracle continuation: (verdict, fix, reward, problems)."""
     verdict = RULES.validate(messages, actions, evidence)
     if verdict is None:
         return None, None, None, None
     fix = RULES.correct(messages, actions, evidence, verdict)
-    history = env.restore(task_id, actions[:verdict["step"]])
+    history = replay(env, task_id, actions[:verdict["step"]])
     is_final = not parse_tool_calls(fix)["tool_calls"]
     problems = check_corrected_step(fix, tool_schemas=env.tool_schemas(), history_messages=history,
-                                    is_final=is_final, language=language)
+                                    is_final=is_final, language=language, facts=env.verifier_facts())
     _, reward, terminated, truncated, _ = env.step(fix)
     while not (terminated or truncated):
         _, reward, terminated, truncated, _ = env.step(oracle_next(env.messages, evidence, language))
@@ -125,7 +133,7 @@ def finish(env, args, language, answer=True):
     env.step(format_tool_call("direction", args))
     if answer and not env.done:
         env.step(reply(language))
-    return env.snapshot()["actions"], list(env.messages)
+    return list(env.actions), list(env.messages)
 
 
 def rescue(env, args, evidence, language="zh", **kw):
@@ -194,7 +202,7 @@ def test_answer_before_route_after_all_searches_gets_the_route(env):
     task_id = pick_task(env, lambda e: e["allowed_orders"]["count"] > 1)
     args, evidence = oracle_until_route(env, task_id)
     env.step(reply("zh"))
-    actions, messages = env.snapshot()["actions"], list(env.messages)
+    actions, messages = list(env.actions), list(env.messages)
     verdict, fix, reward, problems = intervene(env, task_id, actions, messages, evidence, "zh")
     assert verdict["error_types"] == ["answered_without_route"] and verdict["step"] == len(actions) - 1
     assert parse_tool_calls(fix)["tool_calls"][0]["name"] == "direction"
@@ -210,7 +218,7 @@ def test_route_without_reply_gets_a_grounded_final_answer():
     short.step(format_tool_call("direction", args))
     short.step(format_tool_call("weather", {"city": evidence["city"]}))  # truncated: never replied
     assert short.done and not short.messages[-1]["content"].startswith("Your")
-    actions, messages = short.snapshot()["actions"], list(short.messages)
+    actions, messages = list(short.actions), list(short.messages)
     verdict, fix, reward, problems = intervene(short, "nav-test-0005", actions, messages, evidence, "en")
     assert verdict["error_types"] == ["no_final_answer"] and verdict["step"] == len(actions) - 1
     assert fix.startswith("Your driving route is planned: about ") and "<tool_call>" not in fix
@@ -252,7 +260,7 @@ def test_minimal_edit_keeps_prose_and_other_calls(env):
             + format_tool_call("direction", bad) + "\n" + format_tool_call("direction", bad))
     env.step(turn)
     env.step(reply("zh"))
-    actions, messages = env.snapshot()["actions"], list(env.messages)
+    actions, messages = list(env.actions), list(env.messages)
     verdict = RULES.validate(messages, actions, evidence)
     assert verdict["error_types"] == ["wrong_order"] and verdict["step"] == len(actions) - 2
     fixed = parse_tool_calls(RULES.correct(messages, actions, evidence, verdict))

@@ -3,7 +3,7 @@ truncation, and the typed Validator / Verifier helpers."""
 
 import pytest
 
-from rti_actors.verdicts import parse_json_verdict, parse_validator, parse_verifier
+from rti_actors.rti.verdicts import parse_json_verdict, parse_validator, parse_verifier
 
 REQ = {"is_valid": bool}
 

@@ -6,9 +6,17 @@ import json
 import pytest
 
 import envs
-from rti_actors.verifier_checks import (check_corrected_step, fake_tool_output, forbidden_words, grounding_text,
-                                        tool_call_problems, ungrounded_arguments, ungrounded_final_answer)
+from envs.navigation.env import VERIFIER_FACTS as NAV
 from envs.tool_calls import format_assistant_turn
+from envs.transcript import grounding_text
+from rti_actors.rti.verifier_checks import (
+    check_corrected_step,
+    fake_tool_output,
+    forbidden_words,
+    tool_call_problems,
+    ungrounded_arguments,
+    ungrounded_final_answer,
+)
 
 # ---- forbidden words -----------------------------------------------------------------------
 
@@ -119,7 +127,7 @@ HISTORY = ('帮我规划从A到B的路线。\n{"pois": [{"id": "B0700320F0", "na
     {"radius": 5000}, {"radius": "200"}, {"page": 3}, {"date": "2024-05-20"},
 ])
 def test_grounded_arguments_pass(arguments):
-    assert ungrounded_arguments([{"name": "t", "arguments": arguments}], HISTORY) == []
+    assert ungrounded_arguments([{"name": "t", "arguments": arguments}], HISTORY, facts=NAV) == []
 
 
 @pytest.mark.parametrize("arguments,needle", [
@@ -132,7 +140,7 @@ def test_grounded_arguments_pass(arguments):
     ({"nested": {"ids": ["B0700320F0", "HAT001"]}}, "id 'HAT001'"),
 ])
 def test_ungrounded_arguments_are_named(arguments, needle):
-    problems = ungrounded_arguments([{"name": "t", "arguments": arguments}], HISTORY)
+    problems = ungrounded_arguments([{"name": "t", "arguments": arguments}], HISTORY, facts=NAV)
     assert len(problems) == 1 and needle in problems[0]
 
 # ---- fake tool output ------------------------------------------------------------------------
@@ -147,7 +155,7 @@ def test_ungrounded_arguments_are_named(arguments, needle):
     'The result was "pois": [{"name": "x"',                  # broken JSON still quoting API keys
 ])
 def test_fake_tool_output_is_caught(text):
-    assert fake_tool_output(text)
+    assert fake_tool_output(text, facts=NAV)
 
 
 @pytest.mark.parametrize("text", [
@@ -157,7 +165,7 @@ def test_fake_tool_output_is_caught(text):
     'I will search {"address": "桂园公园"} next.',
 ])
 def test_ordinary_turns_are_not_fake_output(text):
-    assert fake_tool_output(text) == []
+    assert fake_tool_output(text, facts=NAV) == []
 
 # ---- final answers ---------------------------------------------------------------------------
 
@@ -174,7 +182,7 @@ ROUTE_HISTORY = '从汉庭酒店(九龙古镇店)出发，去西安民俗博物�
     'The "fastest" route takes 1.4 hours.',
 ])
 def test_grounded_final_answers_pass(text):
-    assert ungrounded_final_answer(text, ROUTE_HISTORY) == []
+    assert ungrounded_final_answer(text, ROUTE_HISTORY, facts=NAV) == []
 
 
 @pytest.mark.parametrize("text,needle", [
@@ -185,7 +193,7 @@ def test_grounded_final_answers_pass(text):
     ("The museum is at 109.095670,34.321748.", "coordinate"),
 ])
 def test_ungrounded_final_answers_fail(text, needle):
-    problems = ungrounded_final_answer(text, ROUTE_HISTORY)
+    problems = ungrounded_final_answer(text, ROUTE_HISTORY, facts=NAV)
     assert problems and any(needle in p for p in problems)
 
 # ---- everything together ---------------------------------------------------------------------
@@ -198,10 +206,12 @@ def test_check_corrected_step_uses_only_user_and_tool_messages(nav):
     history[0] = {**history[0], "content": history[0]["content"] + system_only}  # not a grounding source
     history.append({"role": "assistant", "content": f"maybe {system_only}"})     # nor is the agent's text
     step = call("direction", origin=system_only, destination=system_only)
-    problems = check_corrected_step(step, tool_schemas=tools, history_messages=history, is_final=False, language="zh")
+    facts = env.verifier_facts()
+    problems = check_corrected_step(step, tool_schemas=tools, history_messages=history, is_final=False, language="zh",
+                                    facts=facts)
     assert sum("coordinate 121.414703,31.064218" in p for p in problems) == 2
     history.append({"role": "tool", "content": json.dumps({"pois": [{"location": system_only}]})})
-    assert check_corrected_step(step, tool_schemas=tools, history_messages=history, is_final=False) == []
+    assert check_corrected_step(step, tool_schemas=tools, history_messages=history, is_final=False, facts=facts) == []
     assert system_only in grounding_text(history) and "出行规划助手" not in grounding_text(history)
 
 
@@ -234,10 +244,11 @@ def test_a_rich_answer_after_a_real_oracle_episode(nav):
     stops = "、".join(w["name"] for w in evidence["waypoints"])
     answer = (f"已为您规划好驾车路线：从{evidence['origin']['name']}出发，依次经过{stops}，最后到达"
               f"{evidence['destination']['name']}。全程约{km:.1f}公里，预计{minutes}分钟。市区路况良好，城市道路畅通，祝您旅途愉快！")
-    assert ungrounded_final_answer(answer, history) == []
+    assert ungrounded_final_answer(answer, history, facts=NAV) == []
     invented = answer.replace(evidence["waypoints"][0]["name"], "长安碑林博物馆")
-    assert any("碑林博物馆" in p for p in ungrounded_final_answer(invented, history))
-    assert any(f"number {km + 7:.1f}" in p for p in ungrounded_final_answer(answer.replace(f"{km:.1f}", f"{km + 7:.1f}"), history))
+    assert any("碑林博物馆" in p for p in ungrounded_final_answer(invented, history, facts=NAV))
+    assert any(f"number {km + 7:.1f}" in p
+               for p in ungrounded_final_answer(answer.replace(f"{km:.1f}", f"{km + 7:.1f}"), history, facts=NAV))
 
 
 def test_think_blocks_are_checked_too():
@@ -252,3 +263,16 @@ def test_free_numbers_are_configurable():
         "argument around_search.limit: number 25 does not appear in the user request or any earlier tool output"]
     assert ungrounded_arguments(args, "", free_numbers={25, 5000}) == []
     assert len(ungrounded_arguments(args, "", free_numbers=set())) == 2
+
+
+def test_env_facts_decide_result_keys_and_coordinate_tolerance(nav):
+    """Amap's result keys and its rounding tolerance are Navigation's facts; an env that
+    does not declare them (the base ``ToolEnv``) gets neither."""
+    env, _, _ = nav
+    assert env.verifier_facts() == NAV
+    assert fake_tool_output('The search gave {"pois": [{"name": "x"}]}.') == []
+    assert fake_tool_output('The search gave {"pois": [{"name": "x"}]}.', facts=NAV)
+    assert fake_tool_output('I got {"status": "1", "info": "OK"} back.')  # envelope keys are generic
+    rounded = [{"name": "t", "arguments": {"location": "109.0844,34.2684"}}]
+    assert ungrounded_arguments(rounded, HISTORY, facts=NAV) == []
+    assert ungrounded_arguments(rounded, HISTORY) and ungrounded_arguments(rounded, HISTORY, facts=None)

@@ -1,12 +1,14 @@
-"""A rule-based Validator/Corrector pair for Navigation (``roles="rules"``, issue 5 item 9).
+"""A rule-based Validator/Corrector pair for Navigation (``NavigationEnv.rti_rules()``,
+used with ``roles="rules"``).
 
 It plays the two roles with the gold evidence and exact checks instead of a model: a
 competent corrector for testing the RTI pipeline on CPU, and a template for environments
 whose steps can be checked.
 
-The first derailing step (reward-oriented, RTI_SPEC §4.1). A wrong POI choice is invisible
-where it is made — a search just returns candidates — and only becomes a mistake where
-the agent *uses* the coordinate, so the Validator looks at what the reward judges:
+The first derailing step is the first one the reward would hold against the episode. A
+wrong POI choice is invisible where it is made — a search just returns candidates — and
+only becomes a mistake where the agent *uses* the coordinate, so the Validator looks at
+what the reward judges:
 
 1. the first turn with a ``direction`` call that is not the annotated trip (mode, origin,
    destination, waypoint set, allowed order) and is not followed by a correct one;
@@ -17,7 +19,8 @@ the agent *uses* the coordinate, so the Validator looks at what the reward judge
 Coordinates in ``around_search`` or ``poi_search`` calls are exploration and never flagged.
 Anything else (a run truncated while still searching) gives None: no confident step.
 
-The fix is minimal and progressive (§4.2), and uses only what the history shows: a wrong
+The fix is minimal (it keeps as much of the turn as it can) and progressive (it repairs
+one step and lets the policy carry on), and uses only what the history shows: a wrong
 coordinate in the route is replaced by the intended POI's coordinate only if that exact
 coordinate appears in an earlier tool output; otherwise the fix is one city-qualified
 ``poi_search`` for the first unresolved place, and the policy continues from there. A
@@ -29,10 +32,10 @@ from __future__ import annotations
 import json
 import re
 
+from envs.base import RuleVerdict
 from envs.navigation.geo import AmapError, haversine_m, parse_lonlat
 from envs.tool_calls import format_assistant_turn, parse_tool_calls
-from policies.chat import own_turn_positions
-from rti_actors.verifier_checks import grounding_text
+from envs.transcript import grounding_text, own_turn_positions
 
 _PAIR = re.compile(r"-?\d{1,3}\.\d+\s*,\s*-?\d{1,3}\.\d+")
 
@@ -180,7 +183,7 @@ class NavigationRules:
         return errors
 
     # ---- Validator -----------------------------------------------------------------------
-    def validate(self, messages: list[dict], actions: list, evidence: dict) -> dict | None:
+    def validate(self, messages: list[dict], actions: list, evidence: dict) -> RuleVerdict | None:
         """``{"step": k, "is_valid": False, "error_types", "diagnosis", "suggest_next"}`` for
         the first derailing assistant turn k (0-based), or None when there is none."""
         steps = self._steps(messages, actions)
@@ -209,7 +212,7 @@ class NavigationRules:
         return None
 
     def _verdict(self, steps: list, k: int, errors: list[tuple[str, dict]], evidence: dict,
-                 messages: list[dict], lang: str) -> dict:
+                 messages: list[dict], lang: str) -> RuleVerdict:
         t = _TEXT[lang]
         diagnosis = "; ".join(t[info.get("text", kind)].format(**{"got": "", "name": "", **info}) for kind, info in errors)
         fix = self._plan(messages[:steps[k][0]], steps[k][1], errors, evidence, messages)
@@ -224,13 +227,12 @@ class NavigationRules:
                 "diagnosis": diagnosis, "suggest_next": suggest}
 
     # ---- Corrector -----------------------------------------------------------------------
-    def correct(self, messages: list[dict], actions: list, evidence: dict, verdict: dict) -> str:
+    def correct(self, messages: list[dict], actions: list, evidence: dict, verdict: RuleVerdict) -> str:
         """The corrected text of assistant turn ``verdict["step"]``, in the agent's syntax."""
         k = int(verdict["step"])
         steps = self._steps(messages, actions)
         if not 0 <= k < len(steps):
             raise ValueError(f"verdict step {k} is outside the episode's {len(steps)} assistant turns")
-        lang = self._lang(messages)
         _, turn = steps[k]
         original = next((c for c in turn["tool_calls"] if c.get("name") == "direction"), None)
         errors = self._route_errors(original.get("arguments") or {}, evidence) if original else \

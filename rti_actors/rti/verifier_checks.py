@@ -1,4 +1,4 @@
-"""The Verifier's deterministic checks on a corrected step (RTI_SPEC §4.3 V2 and §6).
+"""The Verifier's deterministic checks on a corrected step (its V2 verdict).
 
 Each check returns human-readable failure strings; an empty list is a pass. A corrected
 step must not leak (forbidden vocabulary), must not fake a tool result, must call real
@@ -10,6 +10,10 @@ grounded: present in the user's messages or in earlier tool outputs. The system 
 Grounding is judged on tokens, not meaning, so it is deliberately narrow about what counts
 as a fact: "lon,lat" pairs, ids, numbers that are not small counts or common defaults,
 dates, quoted names and Chinese proper-noun-shaped names (see each extractor).
+
+What depends on the environment — which JSON keys mark one of its tool results, how far
+apart two spellings of a coordinate may be — comes from ``ToolEnv.verifier_facts()``
+(``facts=``); None means the base ``ToolEnv``'s facts.
 """
 
 from __future__ import annotations
@@ -20,8 +24,10 @@ import re
 
 import jsonschema
 
+from envs.base import DEFAULT_VERIFIER_FACTS
 from envs.tool_calls import CLOSE_TAG, OPEN_TAG, parse_tool_calls
-from rti_actors.verdicts import json_objects
+from envs.transcript import grounding_text
+from rti_actors.rti.verdicts import json_objects
 
 # ---- forbidden vocabulary ------------------------------------------------------------------
 # English: whole words / phrases, case-insensitive. Kept to terms that name the grading
@@ -95,7 +101,6 @@ _NUMBER = re.compile(r"(?<![A-Za-z0-9_.])-?\d+(?:\.\d+)?(?!\d|\.\d)")
 #: numbers that are parameters, not facts: small counts and the usual radius / page sizes.
 FREE_NUMBERS = frozenset({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 20, 50, 100, 200, 300, 500, 1000, 1500, 2000,
                           3000, 5000, 10000, 20000, 30000, 50000})
-PAIR_TOLERANCE_DEG = 1e-4  # ~11 m: rounding, never another POI (the world keeps 80 m apart)
 
 
 def _is_id(token: str) -> bool:
@@ -135,11 +140,15 @@ def _history_index(history_text: str) -> dict:
     return {"pairs": pairs, "numbers": numbers, "lower": history_text.lower()}
 
 
-def _pair_grounded(pair: str, history_text: str) -> bool:
+def _facts_or_default(facts: dict | None) -> dict:
+    return DEFAULT_VERIFIER_FACTS if facts is None else facts
+
+
+def _pair_grounded(pair: str, history_text: str, tolerance: float) -> bool:
     if pair.replace(" ", "") in history_text.replace(" ", ""):
         return True
     lon, lat = (float(x) for x in pair.split(","))
-    return any(abs(lon - a) <= PAIR_TOLERANCE_DEG and abs(lat - b) <= PAIR_TOLERANCE_DEG
+    return any(abs(lon - a) <= tolerance and abs(lat - b) <= tolerance
                for a, b in _history_index(history_text)["pairs"])
 
 
@@ -182,10 +191,11 @@ def _date_grounded(date: str, history_text: str) -> bool:
                for n in names)
 
 
-def _ungrounded_facts(text: str, history_text: str, where: str, derived: bool, free: frozenset) -> list[str]:
+def _ungrounded_facts(text: str, history_text: str, where: str, derived: bool, free: frozenset,
+                      tolerance: float) -> list[str]:
     facts, problems = _facts(text), []
     for pair in facts["pairs"]:
-        if not _pair_grounded(pair, history_text):
+        if not _pair_grounded(pair, history_text, tolerance):
             problems.append(f"{where}: coordinate {pair} does not appear in the user request or any earlier tool output")
     for token in facts["emails"] + facts["ids"]:
         if not _id_grounded(token, history_text):
@@ -215,14 +225,17 @@ def _strings(value, path: str):
         yield path, str(value)
 
 
-def ungrounded_arguments(tool_calls: list[dict], history_text: str, free_numbers=FREE_NUMBERS) -> list[str]:
+def ungrounded_arguments(tool_calls: list[dict], history_text: str, free_numbers=FREE_NUMBERS, *,
+                         facts: dict | None = None) -> list[str]:
     """Coordinates, ids, emails, dates and numbers in the calls' arguments that appear in
     neither the user request nor an earlier tool output (``history_text`` is exactly those).
     Integers in ``free_numbers`` are parameters, not facts (limits, radii, counts)."""
+    tolerance = float(_facts_or_default(facts)["coordinate_tolerance_deg"])
     problems = []
     for call in tool_calls:
         for path, text in _strings(call.get("arguments") or {}, call.get("name", "?")):
-            problems += _ungrounded_facts(text, history_text, f"argument {path}", False, frozenset(free_numbers))
+            problems += _ungrounded_facts(text, history_text, f"argument {path}", False, frozenset(free_numbers),
+                                          tolerance)
     return problems
 
 
@@ -269,12 +282,14 @@ def _place_names(text: str) -> list[str]:
     return names
 
 
-def ungrounded_final_answer(text: str, history_text: str, free_numbers=FREE_NUMBERS) -> list[str]:
+def ungrounded_final_answer(text: str, history_text: str, free_numbers=FREE_NUMBERS, *,
+                            facts: dict | None = None) -> list[str]:
     """Facts in a text reply that the history does not support: coordinates, ids, dates,
     numbers (also as unit conversions of tool numbers), quoted names, and Chinese place
     names (the last two name characters plus the suffix must occur in the history).
     A think block is checked like the rest: its tokens are trained on too."""
-    problems = _ungrounded_facts(text, history_text, "answer", True, frozenset(free_numbers))
+    tolerance = float(_facts_or_default(facts)["coordinate_tolerance_deg"])
+    problems = _ungrounded_facts(text, history_text, "answer", True, frozenset(free_numbers), tolerance)
     low = history_text.lower()
     for name in dict.fromkeys(m.group(1).strip() for m in _QUOTED.finditer(text)):
         # Scare quotes ("fastest") are not names: only spans with a CJK character, a
@@ -324,56 +339,59 @@ _FAKE_MARKERS = re.compile(
     r"|^[ \t>*#_-]*(?:observation|tool (?:output|response|result)|function (?:output|result)|api (?:response|result))\s*[:：]"
     r"|^[ \t>*#_-]*(?:工具返回|工具结果|工具输出|返回结果|观察结果|观察)\s*[:：]",
     re.IGNORECASE | re.MULTILINE)
-_API_STRONG = {"pois", "results", "route", "paths", "forecasts", "geocodes", "regeocode", "infocode", "suggestion", "transits"}
-_API_WEAK = {"status", "info", "count", "data", "error", "errcode", "errmsg", "distance", "duration", "message"}
-_API_KEY_TEXT = re.compile(r"[\"'](?:" + "|".join(sorted(_API_STRONG)) + r")[\"']\s*:")
+@functools.lru_cache(maxsize=16)
+def _key_text(strong: tuple[str, ...]) -> re.Pattern | None:
+    """A quoted result key followed by a colon, for JSON too broken to parse."""
+    return re.compile(r"[\"'](?:" + "|".join(map(re.escape, strong)) + r")[\"']\s*:") if strong else None
 
 
-def fake_tool_output(text: str) -> list[str]:
+def fake_tool_output(text: str, *, facts: dict | None = None) -> list[str]:
     """Text outside tool-call blocks that is shaped like a tool result: response tags or
-    role markers, "Observation:"-style lines, or a JSON object with an API result's keys."""
+    role markers, "Observation:"-style lines, or a JSON object with the env's result keys
+    (one of ``facts["tool_output_keys"]`` or two of ``facts["tool_output_weak_keys"]``)."""
+    facts = _facts_or_default(facts)
+    strong = {str(k).lower() for k in facts["tool_output_keys"]}
+    weak = {str(k).lower() for k in facts["tool_output_weak_keys"]}
     prose = re.sub(re.escape(OPEN_TAG) + r".*?" + re.escape(CLOSE_TAG), " ", text, flags=re.DOTALL)
     problems = [f"text shaped like a tool result: {m.group(0).strip()!r}" for m in _FAKE_MARKERS.finditer(prose)]
     objects, _ = json_objects(prose)
     for obj in objects:
         keys = {str(k).lower() for k in obj} if isinstance(obj, dict) else set()
-        if keys & _API_STRONG or len(keys & _API_WEAK) >= 2:
+        if keys & strong or len(keys & weak) >= 2:
             problems.append(f"JSON shaped like a tool result with keys {sorted(keys)[:6]}")
-    if not objects and _API_KEY_TEXT.search(prose):  # broken JSON that still quotes API keys
-        problems.append(f"text shaped like a tool result: {_API_KEY_TEXT.search(prose).group(0)!r}")
+    key_text = _key_text(tuple(sorted(strong)))
+    if not objects and key_text is not None and key_text.search(prose):  # broken JSON that still quotes result keys
+        problems.append(f"text shaped like a tool result: {key_text.search(prose).group(0)!r}")
     return problems
 
 
 # ---- everything, for one corrected step ----------------------------------------------------
-def grounding_text(history_messages: list[dict]) -> str:
-    """The text facts may come from: user messages and tool outputs, in order."""
-    return "\n".join(str(m.get("content") or "") for m in history_messages if m.get("role") in ("user", "tool"))
-
-
 def check_corrected_step(turn_text: str, *, tool_schemas: list[dict], history_messages: list[dict],
-                         is_final: bool, language: str | None = None, free_numbers=FREE_NUMBERS) -> list[str]:
+                         is_final: bool, language: str | None = None, free_numbers=FREE_NUMBERS,
+                         facts: dict | None = None) -> list[str]:
     """All V2 checks on the corrected step ``turn_text`` given the messages before it.
 
     ``is_final``: the step is the episode's last turn (a text answer with no continuation);
     it must then call no tool. Prose of any step is held to the final-answer grounding rule
     (a tool-call turn's prose must not state facts the history lacks either). A forbidden
     term that the user or a tool already used (a device that "提示无服务") is not a leak.
+    ``facts``: the env's ``verifier_facts()``; None means the base ``ToolEnv``'s.
     """
     if not isinstance(turn_text, str) or not turn_text.strip():
         return ["the corrected step is empty"]
     history = grounding_text(history_messages)
     low = history.lower()
     problems = [f"forbidden word {h!r}" for h in _forbidden_hits(turn_text, language) if h.lower() not in low]
-    problems += fake_tool_output(turn_text)
+    problems += fake_tool_output(turn_text, facts=facts)
     parsed = parse_tool_calls(turn_text)
     if is_final and (parsed["tool_calls"] or parsed["parse_error"]):
         problems.append("a corrected final answer must not call tools")
     problems += tool_call_problems(turn_text, tool_schemas)
-    problems += ungrounded_arguments(parsed["tool_calls"], history, free_numbers)
+    problems += ungrounded_arguments(parsed["tool_calls"], history, free_numbers, facts=facts)
     if parsed["content"]:
-        problems += ungrounded_final_answer(parsed["content"], history, free_numbers)
+        problems += ungrounded_final_answer(parsed["content"], history, free_numbers, facts=facts)
     return problems
 
 
-__all__ = ["FREE_NUMBERS", "check_corrected_step", "fake_tool_output", "forbidden_words", "grounding_text",
-           "tool_call_problems", "ungrounded_arguments", "ungrounded_final_answer"]
+__all__ = ["FREE_NUMBERS", "check_corrected_step", "fake_tool_output", "forbidden_words", "tool_call_problems",
+           "ungrounded_arguments", "ungrounded_final_answer"]

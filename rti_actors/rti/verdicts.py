@@ -6,8 +6,8 @@ trailing commas), or shows an example object before its real answer. The parser 
 think blocks, finds every balanced ``{...}`` outside strings, repairs what can be repaired
 without guessing, and returns the LAST object that has the required keys. A trailing
 object that never closes means the answer was cut off: then nothing is returned, because
-an earlier object may be an example rather than the verdict (RTI_SPEC §4.1: unparsable
-counts as valid, the caller skips the candidate).
+an earlier object may be an example rather than the verdict (an unparsable verdict counts
+as "valid" and the candidate is skipped; docs/ALGORITHM.md, Validator).
 """
 
 from __future__ import annotations

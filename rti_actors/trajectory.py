@@ -1,0 +1,120 @@
+"""The records that cross the actor graph: what to play, what was played, what is learned.
+
+    EpisodeSpec   driver -> env runner      which task, which sample of its group, which seed
+    Trajectory    env runner -> driver      one played episode: tokens, reward, text, RTI fields
+    LearnerSample driver -> replay -> learner   the token arrays and the advantage, nothing else
+
+An env runner makes every ``Trajectory`` in one place (``Episode.result``). The driver groups
+them, the intervention adds rescued ones, and the learner's part is cut out of each
+(``learner_sample``) *before* the replay queue, so messages, tool schemas and reward
+evidence never travel to the learner. See docs/ARCHITECTURE.md for the data flow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TypedDict
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    """One episode to play. ``round`` and ``seed`` make its sampling seeds (``request_seed``),
+    so the same spec samples the same tokens on whichever runner it lands."""
+
+    task_id: str
+    sample_index: int = 0
+    seed: int = 0
+    round: int | str = 0
+    split: str = "train"
+
+
+@dataclass
+class Trajectory:
+    """One episode, as the driver, the intervention and the metrics see it.
+
+    Token arrays are aligned with ``ids``: ``loss_mask`` is 1 on policy-generated tokens,
+    ``logprobs`` are their behaviour log-probs (0 elsewhere), ``token_weight`` is 1 except on
+    the tokens an intervention introduced. ``turn_spans[k]`` is the [start, end) of the
+    ids generated at assistant turn k and ``actions[k]`` its text. ``messages`` are the
+    OpenAI-style messages the policy saw (context and worked example included).
+    """
+
+    # identity (from the EpisodeSpec)
+    task_id: str
+    sample_index: int
+    seed: int = 0
+    round: int | str = 0
+    split: str = "train"
+    # tokens: one append-only buffer
+    ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    token_weight: list[float] = field(default_factory=list)
+    turn_spans: list[tuple[int, int]] = field(default_factory=list)
+    policy_version: int = -1  # the oldest weights version any of its turns was sampled with
+    # outcome
+    reward: float = 0.0
+    terminated: bool = False
+    truncated: bool = False
+    context_truncated: bool = False  # the context filled up: the episode was cut, not finished
+    info: dict = field(default_factory=dict)  # the env's final info (reward_breakdown inside)
+    # text
+    actions: list[str] = field(default_factory=list)
+    messages: list[dict] = field(default_factory=list)
+    tools: list[dict] = field(default_factory=list)
+    seconds: float = 0.0
+    drift: dict | None = None  # renderer drift check (debugging(check_drift=True))
+    # set by the driver
+    advantage: float = 0.0
+    # RTI: set on a trajectory continued from a corrected step
+    intervened: bool = False
+    group: int | None = None            # index of its group in the iteration
+    source_index: int | None = None     # sample_index of the failed trajectory it was fixed from
+    intervened_step: int | None = None  # the assistant turn that was rewritten
+    corrected_span: tuple[int, int] | None = None  # [start, end) of the rewrite's ids
+    gate_ppl: float | None = None       # perplexity of the rewrite under the behaviour policy
+    depth: int | None = None            # 0: first fix; 1: a second fix on a rescued trajectory
+    diagnosis: str = ""                 # the Validator's diagnosis of the rewritten step
+    weight_stats: dict = field(default_factory=dict)
+
+    @property
+    def num_turns(self) -> int:
+        return len(self.actions)
+
+    @property
+    def gen_tokens(self) -> int:
+        return sum(self.loss_mask)
+
+    @property
+    def reward_breakdown(self) -> dict:
+        return self.info.get("reward_breakdown") or {}
+
+    @property
+    def progress(self) -> float:
+        """Partial progress in [0, 1], from the env's ``reward_breakdown["progress"]``."""
+        p = self.reward_breakdown.get("progress")
+        return float(p) if isinstance(p, (int, float)) else 0.0
+
+
+class LearnerSample(TypedDict):
+    """One trajectory as the learner trains on it, and all the replay queue carries.
+
+    ``ids`` is the whole token sequence (prompt, completions, tool results); ``loss_mask`` is 1
+    only on policy-generated tokens (never on the first); ``behaviour_logprobs`` are the
+    engine's log-probs of those tokens at the rollout temperature (0 off the mask);
+    ``token_weight`` scales each token's advantage (1 except for RTI's reweighted tokens);
+    ``advantage`` is the trajectory's group-normalised advantage; ``policy_version`` is the
+    weights version that sampled it. Plain dicts, so they cross the object store cheaply.
+    """
+
+    ids: list[int]
+    loss_mask: list[int]
+    behaviour_logprobs: list[float]
+    token_weight: list[float]
+    advantage: float
+    policy_version: int
+
+
+def learner_sample(t: Trajectory) -> LearnerSample:
+    return LearnerSample(ids=t.ids, loss_mask=t.loss_mask, behaviour_logprobs=t.logprobs,
+                         token_weight=t.token_weight, advantage=t.advantage, policy_version=t.policy_version)
