@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import ray
 
-from rti_actors.build import build_graph
+from rti_actors.build import build_graph, rollout_sampling
 from rti_actors.config import ConfigError, RTIConfig
 from rti_actors.demonstrations import from_trajectory, reaching, read_jsonl, to_sample, write_jsonl
 from rti_actors.groups import all_failed, assign_advantages, group_by_task, is_learnable
@@ -202,9 +202,7 @@ class Algorithm:
 
     # ---- pieces ---------------------------------------------------------------------------
     def _sampling(self, temperature: float | None = None) -> dict:
-        p = self.config["policy"]
-        return {"max_tokens": p["max_new_tokens"], "top_p": p["top_p"],
-                "temperature": p["temperature"] if temperature is None else temperature}
+        return rollout_sampling(self.config["policy"], temperature)
 
     def _pick_tasks(self, n: int) -> list[str]:
         replace = n > len(self.train_ids)

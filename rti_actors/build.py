@@ -67,6 +67,12 @@ def threads_env(threads: int | None) -> dict:
     return {"env_vars": {"OMP_NUM_THREADS": str(threads or os.cpu_count() or 1)}}
 
 
+def rollout_sampling(policy: dict, temperature: float | None = None) -> dict:
+    """The engines' sampling settings for rollouts (and RTI's continuations)."""
+    return {"max_tokens": policy["max_new_tokens"], "top_p": policy["top_p"],
+            "temperature": policy["temperature"] if temperature is None else temperature}
+
+
 def ray_cpus(log_level: str = "WARNING") -> float:
     # Connects to the cluster of a `ray job submit` (or RAY_ADDRESS), else starts a local
     # one whose workers inherit this process's environment (VLLM_*, TORCH_EXTENSIONS_DIR).
@@ -144,8 +150,8 @@ def _start(c: RTIConfig, model_path: str, renderer, started: list) -> ActorGraph
 
     intervention, extra = None, []
     if t["algorithm"] == "rti":
-        intervention, extra = _intervention(c, model_path, renderer, pool, runners, creator, env_config, extra_engines)
-        started += extra
+        intervention, extra = _intervention(c, model_path, renderer, pool, runners, creator, env_config, extra_engines,
+                                            started)
     mode, meta = _init_weight_sync(c, learner, engines)
     return ActorGraph(model_path, renderer, dtype, engines, runners, queue, learner, mode, meta, train_ids,
                       intervention, extra + extra_engines.handles())
@@ -235,7 +241,7 @@ def resolve_env_config(env_config: dict, policy_engines: list, policy_path: str,
 
 # ---- RTI ----------------------------------------------------------------------------------------
 def _intervention(c: RTIConfig, model_path: str, renderer, pool: EnginePool, runners: list, creator,
-                  env_config: dict, extra_engines: ExtraEngines):
+                  env_config: dict, extra_engines: ExtraEngines, started: list):
     """The pipeline and its actors: role actors (the policy's engines, another model's
     engine or an endpoint), the env's rule-based roles when roles="rules", and the gate."""
     iv, p, ft = c["interventions"], c["policy"], c["fault_tolerance"]
@@ -261,6 +267,7 @@ def _intervention(c: RTIConfig, model_path: str, renderer, pool: EnginePool, run
     gate = ray.remote(PPLGate).options(num_cpus=0, max_restarts=ft["max_restarts"]).remote(
         pool, p["temperature"], iv["gate_max_batch"], iv["gate_max_wait_ms"] / 1000)
     providers, extra = role_actors, role_actors + [gate]
+    started += extra
     if roles == "rules":
         if not ray.get(runners[0].has_rti_rules.remote()):
             raise ConfigError(f"interventions(roles='rules') needs an environment with rule-based roles (its "
@@ -268,11 +275,11 @@ def _intervention(c: RTIConfig, model_path: str, renderer, pool: EnginePool, run
                               "folder or an endpoint URL")
         providers = [ray.remote(RuleRoles).options(**options).remote(creator, env_config, model_path)]
         extra += providers
+        started += providers
     ray.get([a.ping.remote() for a in providers + role_actors])
     facts = ray.get(runners[0].verifier_facts.remote())
-    sampling = {"max_tokens": p["max_new_tokens"], "top_p": p["top_p"], "temperature": p["temperature"]}
     intervention = Intervention(iv, roles=providers, verifiers=role_actors, gate=gate, runners=runners,
-                                renderer=renderer, sampling=sampling, seed=c["debugging"]["seed"], facts=facts)
+                                renderer=renderer, sampling=rollout_sampling(p), seed=c["debugging"]["seed"], facts=facts)
     return intervention, extra
 
 

@@ -214,7 +214,7 @@ before = rss(); release_host_memory(); print(before - rss())
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="malloc_trim is glibc's")
 def test_release_host_memory_returns_freed_heap_to_the_os():
     # a CPU learner calls this after every update: without it the freed activations of a
-    # long-context step stay resident (measured 8.8 GiB vs 2.1 GiB with SmolLM2)
+    # long-context step stay resident
     out = subprocess.run([sys.executable, "-c", _TRIM_PROBE], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[2])
     assert float(out.stdout.split()[-1]) > 128  # MiB given back of the 256 freed

@@ -1,4 +1,4 @@
-"""Airline tools: every error branch of the write tools, and spot checks (airline.md §5, §9)."""
+"""Airline tools: every error branch of the write tools, and spot checks."""
 
 import json
 from pathlib import Path

@@ -1,6 +1,6 @@
 """The τ² Gymnasium environments end to end: check_env, scripted agents in conversation with
 the scripted user, the turn cap, the error limit, bad actions, solo mode and the user-side
-orchestration (README §6, §10)."""
+orchestration."""
 
 import warnings
 from pathlib import Path

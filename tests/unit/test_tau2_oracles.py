@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(not (DATA_DIR / "domains").is_dir(), reason=f"τ
 A0, R0 = "124e39a664b5", "b25c9cb211f5"  # initial airline / retail fingerprints
 T0_AGENT, T0_USER = "304cf5ef0598", "e1f3a8637388"
 
-# Gold-state fingerprints per task id (airline.md §9, retail.md §9).
+# Gold-state fingerprints per task id.
 AIRLINE_GOLD = [
     A0, A0, "d9e9d254b5ca", A0, A0, A0, A0, "7bc5a4fa21c5",
     "00766aa3e034", "7eedd0698349", A0, "1e46d540ec2e", "df1e46c5aaf8", A0, "b4ea8effd45e", "c9500f310090",
@@ -48,7 +48,7 @@ RETAIL_GOLD = [
     "86fb873c6582", R0, "2d308b3a2193", "5eb70a54dd4d", "7db01a0501bb", "b7a36959054a", "f45606e4dad4", "1301e5413c38",
     "6eb2be1662a3", "4337c9b25955",
 ]
-# retail.md §9 item 2: (task id, action index) -> error of the gold actions that must fail.
+# (task id, action index) -> error of the gold actions that must fail.
 RETAIL_GOLD_ERRORS = {
     ("2", 1): "Product not found", ("3", 1): "Product not found", ("4", 1): "Product not found",
     ("12", 4): "Payment method should be the original payment method",
@@ -62,7 +62,7 @@ RETAIL_GOLD_ERRORS = {
     ("105", 0): "Insufficient gift card balance to pay for the price difference",
 }
 
-# telecom.md §13 item 4, by position in the shipped tasks.json.
+# By position in the shipped tasks.json.
 TELECOM_FINGERPRINTS = """
 9a9ae341ec9a 0246e41b8012 304cf5ef0598
 ffb35a8dc7f4 65e1838b2dc6 304cf5ef0598
@@ -203,7 +203,7 @@ def test_initial_fingerprints(data):
 
 
 def gold_trajectory(data: Tau2Data, domain: str, task: dict):
-    """README §13 item 4: the gold actions as agent/user tool calls, run on a live env, plus
+    """The gold actions as agent/user tool calls, run on a live env, plus
     (airline/retail) one agent message stating every communicate_info string."""
     env = build_environment(data, domain)
     env.initialise(task)
@@ -265,7 +265,7 @@ def test_telecom_assertions_fail_after_init_and_hold_after_gold(data):
         if (all(before) != transfer or not all(after) or errors
                 or f"{user_after_init} {user_fp} {agent_fp}" != TELECOM_FINGERPRINTS[index]):
             problems.append((index, task["id"], before, after, errors))
-        _, trajectory = gold_trajectory(data, "telecom", task)  # self-consistency (README §13 item 4)
+        _, trajectory = gold_trajectory(data, "telecom", task)  # self-consistency
         if evaluate(data, "telecom", task, trajectory, "user_stop", _)[0] != 1.0:
             problems.append((index, task["id"], "gold trajectory not rewarded"))
     assert problems == []

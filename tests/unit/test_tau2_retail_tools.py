@@ -1,4 +1,4 @@
-"""Retail tools: every error branch of the write tools, and spot checks (retail.md §5, §9)."""
+"""Retail tools: every error branch of the write tools, and spot checks."""
 
 import json
 from pathlib import Path

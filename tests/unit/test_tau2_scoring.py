@@ -1,5 +1,5 @@
 """τ² reward computation: gating, the do-nothing baseline, replay equality, wrong writes and
-the ACTION / COMMUNICATE matching rules (spec README §9, §13). Self-consistency over every
+the ACTION / COMMUNICATE matching rules. Self-consistency over every
 task lives with the other oracles in test_tau2_oracles.py (which runs first and fills the gold-state
 cache this file reuses)."""
 
@@ -68,7 +68,7 @@ def test_only_stops_are_rewarded(data, reason):
 
 
 def test_replay_reproduces_outputs_and_state(data):
-    # README §13 item 5: re-executing a trajectory's calls on a fresh env reproduces it.
+    # Re-executing a trajectory's calls on a fresh env reproduces it.
     cases = [("telecom", t) for t in list(data.tasks("telecom"))[:40]] + [("airline", "8"), ("retail", "20")]
     for domain, task_id in cases:
         task = data.tasks(domain)[task_id]

@@ -1,5 +1,4 @@
-"""Telecom: CRM tool error branches, the phone's tools and physics, and the DB->phone sync
-(telecom.md §4, §6-9, §13)."""
+"""Telecom: CRM tool error branches, the phone's tools and physics, and the DB->phone sync."""
 
 import json
 from pathlib import Path
@@ -149,7 +148,7 @@ def test_fresh_phone_and_sync(env, phone):
     assert user(env, "check_status_bar") == f"Status Bar: {GOOD_BAR}"  # no search until a trigger
 
 
-# telecom.md §13 item 5: (helpers, status bar, speed test, can send MMS, connection status)
+# (helpers, status bar, speed test, can send MMS, connection status)
 PHYSICS = [
     ([("user", "turn_airplane_mode_on", {})], "✈️ Airplane Mode | 🔋 80%", "Speed test failed: No Connection.", False, "no_service"),
     ([("user", "set_network_mode_preference", {"mode": "2g_only"})], "📶¹ Poor | 2G | 📱 Data Enabled | 🔋 80%",

@@ -1,6 +1,6 @@
 """User simulators: the scenario text, the LLM user's role-flipped history (driven by a
 scripted chat function), the OpenAI-compatible endpoint client against a local HTTP
-server, and the scripted user's rules (README §8)."""
+server, and the scripted user's rules."""
 
 import json
 import threading
