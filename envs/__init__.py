@@ -4,12 +4,12 @@
 imports ``policies`` or ``rti_actors``.
 """
 
-from envs.base import Task, Tool, ToolEnv, ToolError, play, truncate_text
+from envs.base import InfrastructureError, Task, Tool, ToolEnv, ToolError, play, truncate_text
 from envs.registry import get_creator, list_envs, make_env, register_builtin, register_env
 from envs.tool_calls import format_assistant_turn, format_tool_call, parse_tool_calls
 
 __all__ = [
-    "Task", "Tool", "ToolEnv", "ToolError", "play", "truncate_text",
+    "InfrastructureError", "Task", "Tool", "ToolEnv", "ToolError", "play", "truncate_text",
     "get_creator", "list_envs", "make_env", "register_env", "register_builtin",
     "format_assistant_turn", "format_tool_call", "parse_tool_calls",
 ]

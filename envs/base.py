@@ -30,9 +30,11 @@ state.
 Messages are OpenAI-style dicts: ``{"role": "system"|"user"|"assistant"|"tool",
 "content": str}``; tool results carry ``"name"`` and ``"tool_call_id"``. The tool schemas
 are in ``info["tools"]`` after ``reset``; the policy's chat renderer puts them into its
-system prompt. Nothing raises out of ``step``: every bad action (unparsable call, unknown
+system prompt. No bad action raises out of ``step``: every one (unparsable call, unknown
 tool, schema violation, oversized arguments, a tool that throws) becomes an error
-observation the agent can read and recover from.
+observation the agent can read and recover from. What does raise is the environment's own
+failure (``InfrastructureError``, or a bug in the env or its grader): the env runner then
+retries the episode and never scores it.
 """
 
 from __future__ import annotations
@@ -121,6 +123,15 @@ DEFAULT_VERIFIER_FACTS: VerifierFacts = {
 
 class ToolError(Exception):
     """Raise inside a tool to return a clean error observation (no traceback)."""
+
+
+class InfrastructureError(Exception):
+    """Raise from a tool, a user simulator or a grader when the environment itself failed
+    (a backend that is down, a judge that cannot be reached), not the agent. The episode is
+    then no evidence about the policy: the env runner retries it on a fresh env and, if it
+    keeps failing, leaves it out of its group instead of scoring it 0. Any other exception
+    out of ``reset`` or ``step`` is treated the same way (it is the env's bug, not the
+    agent's), while a bad tool call stays an error observation."""
 
 
 @functools.lru_cache(maxsize=512)
@@ -342,6 +353,8 @@ class ToolEnv(gym.Env):
             out = tool.fn(**args)
         except ToolError as e:
             return self._tool_message(name, f"Error: {e}")
+        except InfrastructureError:
+            raise
         except Exception as e:  # a tool bug must not kill the episode
             return self._tool_message(name, f"Error: {name} failed: {type(e).__name__}: {e}")
         text = out if isinstance(out, str) else json.dumps(out, ensure_ascii=False, default=str)

@@ -17,6 +17,7 @@ import pickle
 import sys
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +26,7 @@ import ray
 from rti_actors.build import build_graph, rollout_sampling
 from rti_actors.config import ConfigError, RTIConfig
 from rti_actors.demonstrations import from_trajectory, reaching, read_jsonl, to_sample, write_jsonl
-from rti_actors.groups import all_failed, assign_advantages, group_by_task, is_learnable
+from rti_actors.groups import all_failed, assign_advantages, is_learnable, scored_groups
 from rti_actors.metrics import format_table, summarize
 from rti_actors.reporting import Reporter
 from rti_actors.trajectory import EpisodeSpec, Trajectory, learner_sample
@@ -45,6 +46,7 @@ class Algorithm:
         self.iteration = 0
         self.version = 0
         self.rng = np.random.default_rng(c["debugging"]["seed"])
+        self._next: _Launch | None = None  # the next iteration's rollouts, when they overlap learning
         rep = c["reporting"]
         name = rep["run_name"] or time.strftime("%Y%m%d-%H%M%S") + f"-{c['training']['algorithm']}"
         self.run_dir = Path(rep["run_dir"]).expanduser().resolve() / name
@@ -57,12 +59,11 @@ class Algorithm:
         c, times = self.config, {}
         t = c["training"]
         with _timed(times, "sample"):
-            tasks = self._pick_tasks(t["tasks_per_iteration"])
-            specs = [EpisodeSpec(tid, j, c["debugging"]["seed"], self.iteration, "train")
-                     for tid in tasks for j in range(t["group_size"])]
-            trajectories = self._sample(specs, self._sampling())
-        groups = group_by_task(trajectories)
-        pre_pass_at_g = float(np.mean([max(tr.reward for tr in g) >= 1.0 for g in groups]))
+            launch = self._next or self._launch(self._train_specs(self.iteration), self._sampling())
+            self._next = None
+            trajectories = self._collect(launch)
+        groups, faults = scored_groups(trajectories)  # an episode the env failed is never scored
+        pre_pass_at_g = _mean([max(tr.reward for tr in g) >= 1.0 for g in groups])
         rti = {}
         if self.intervention is not None:
             with _timed(times, "intervene"):
@@ -71,15 +72,20 @@ class Algorithm:
             assign_advantages(g)
         with _timed(times, "learn"):
             samples = [[learner_sample(tr) for tr in g] for g in groups]  # no text past this point
-            ray.get(self.queue.put.remote(samples, self.version))
-            learn = ray.get(self.learner.pull_and_update.remote(self.queue, len(groups), self.version,
-                                                                t["skip_zero_variance_groups"]))
+            ray.get(self.queue.put.remote(samples, [min(tr.policy_version for tr in g) for g in groups]))
+            update = self.learner.pull_and_update(self.queue, len(groups), self.version,
+                                                  t["skip_zero_variance_groups"])
+            if t["max_policy_lag"] > 0:  # the next iteration samples with these weights meanwhile
+                self._rng_before_next = self.rng.bit_generator.state
+                self._next = self._launch(self._train_specs(self.iteration + 1), self._sampling())
+            learn = ray.get(update)
         with _timed(times, "publish"):
             if not learn.get("skipped"):
                 self._publish()
         self.iteration += 1
-        metrics = self._train_metrics(trajectories, groups, learn, times)
+        metrics = self._train_metrics([tr for tr in trajectories if not tr.infra_error], groups, learn, times)
         metrics["pre_intervention_pass_at_G"] = pre_pass_at_g
+        metrics.update(faults)
         metrics.update(rti)
         self.reporter.log("train", self.iteration, metrics)
         return metrics
@@ -103,11 +109,16 @@ class Algorithm:
         env_name = env if isinstance(env, str) else "custom"
         if record_path is not None:
             write_jsonl(record_path, [from_trajectory(t, env_name, source=f"policy-v{self.version}")
-                                      for t in trajectories], append=True)
+                                      for t in trajectories if not t.infra_error], append=True)
+        # a task whose environment failed in one of its rollouts is left out (never scored 0):
+        # Pass@k needs the same n rollouts of every task
+        failed_env = {tr.task_id for tr in trajectories if tr.infra_error}
+        trajectories = [tr for tr in trajectories if tr.task_id not in failed_env]
         successes: dict[str, list[bool]] = {}
         for tr in trajectories:
             successes.setdefault(tr.task_id, []).append(tr.reward >= 1.0)
         summary = summarize(successes)
+        summary["tasks_left_out_infra"] = len(failed_env)
         # partial credit where the env reports it (Navigation's checks_met): progress that a
         # 0/1 reward hides, e.g. after a warm start on a weak model
         partial = [tr.reward_breakdown.get("checks_met") for tr in trajectories]
@@ -144,7 +155,7 @@ class Algorithm:
             order = self.rng.permutation(len(samples))
             for i in range(0, len(order), s["batch_size"]):
                 batch = [samples[j] for j in order[i:i + s["batch_size"]]]
-                m = ray.get(self.learner.update.remote(batch, "sft", s["lr"]))
+                m = self.learner.update(batch, "sft", s["lr"])
                 m["epoch"] = epoch
                 self.reporter.log("sft", m["step"], m)
                 losses.append(m["loss"])
@@ -152,7 +163,7 @@ class Algorithm:
                 bar.update(len(batch))
         bar.close()
         if s["reset_optimizer"]:
-            ray.get(self.learner.reset_optimizer_state.remote())
+            self.learner.reset_optimizer_state()
         self._publish()
         return {"num_demonstrations": len(samples), "skipped_too_long": too_long, "epochs": s["epochs"],
                 "steps": len(losses), "loss_first": losses[0], "loss_last": losses[-1],
@@ -170,9 +181,11 @@ class Algorithm:
     def save(self, path: str | os.PathLike) -> str:
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        ray.get(self.learner.save.remote(str(path / "learner")))
+        self.learner.save(str(path / "learner"))
         (path / "config.json").write_text(self.config.to_json())
-        state = {"iteration": self.iteration, "version": self.version, "rng": self.rng.bit_generator.state}
+        # rollouts still in flight are not saved: the restored run draws the same tasks again
+        rng = self._rng_before_next if self._next is not None else self.rng.bit_generator.state
+        state = {"iteration": self.iteration, "version": self.version, "rng": rng}
         (path / "algorithm_state.pkl").write_bytes(pickle.dumps(state))
         return str(path)
 
@@ -183,15 +196,18 @@ class Algorithm:
             raise ConfigError(f"checkpoint was made with model {saved['policy']['model']!r}, this algorithm runs "
                               f"{self.config['policy']['model']!r}; build from the saved config instead")
         state = pickle.loads((path / "algorithm_state.pkl").read_bytes())
-        ray.get(self.learner.load.remote(str(path / "learner")))
+        self.learner.load(str(path / "learner"))
         self.iteration, self.rng.bit_generator.state = state["iteration"], state["rng"]
+        if self._next is not None:  # rollouts launched before the restore: drawn from the old state
+            self._collect(self._next)
+            self._next = None
         current = max(ray.get([e.version.remote() for e in self.engines]))
         self.version = max(state["version"], current)
         self._publish(bump=current >= state["version"] and current > 0)
 
     def export_policy(self, path: str | os.PathLike) -> str:
         """A plain Hugging Face folder that transformers and vLLM load."""
-        return ray.get(self.learner.export_hf.remote(str(path)))
+        return self.learner.export_hf(str(path))
 
     def stop(self) -> None:
         if self.config["reporting"]["plot"]:
@@ -209,13 +225,27 @@ class Algorithm:
         idx = self.rng.choice(len(self.train_ids), size=n, replace=replace)
         return [self.train_ids[i] for i in idx]
 
+    def _train_specs(self, round_: int) -> list[EpisodeSpec]:
+        t, seed = self.config["training"], self.config["debugging"]["seed"]
+        tasks = self._pick_tasks(t["tasks_per_iteration"])
+        return [EpisodeSpec(tid, j, seed, round_, "train") for tid in tasks for j in range(t["group_size"])]
+
     def _sample(self, specs: list[EpisodeSpec], sampling: dict) -> list[Trajectory]:
-        """Spread episode specs over the runners; a chunk whose runner dies is re-run on the
-        next runner (a restarted actor included), so nothing is lost or duplicated."""
+        return self._collect(self._launch(specs, sampling))
+
+    def _launch(self, specs: list[EpisodeSpec], sampling: dict) -> _Launch:
+        """Spread episode specs over the runners (collected by ``_collect``)."""
         n = len(self.runners)
         chunks = [specs[i::n] for i in range(n)]
         pending = {self.runners[i].sample.remote(ch, sampling): (i, ch, 0) for i, ch in enumerate(chunks) if ch}
-        results: list[dict] = []
+        return _Launch(specs, sampling, pending)
+
+    def _collect(self, launch: _Launch) -> list[Trajectory]:
+        """The launched episodes in spec order; a chunk whose runner dies is re-run on the
+        next runner (a restarted actor included), so nothing is lost or duplicated."""
+        specs, sampling, pending = launch.specs, launch.sampling, launch.pending
+        n = len(self.runners)
+        results: list[Trajectory] = []
         retries = self.config["fault_tolerance"]["max_restarts"] + 1
         bar = _progress(len(specs), self.interactive, "rollouts")
         while pending:
@@ -241,7 +271,7 @@ class Algorithm:
             self.version += 1
         if self.weight_sync == "broadcast":
             try:
-                ray.get([self.learner.broadcast_weights.remote()]
+                ray.get([self.learner.broadcast_weights()]
                         + [e.receive_weights.remote(self.graph.weight_meta, self.version) for e in self.engines])
                 return
             except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as err:
@@ -251,7 +281,7 @@ class Algorithm:
                 self.weight_sync = "object_store"
         # the learner's return value goes to the object store once and every engine reads it
         # from there (the driver never holds a copy), in a 16-bit engine's dtype: it casts anyway
-        weights = self.learner.get_weights.remote(self.engine_dtype if self.engine_dtype in ("bfloat16", "float16") else None)
+        weights = self.learner.get_weights(self.engine_dtype if self.engine_dtype in ("bfloat16", "float16") else None)
         ray.get([e.update_weights.remote(weights, self.version) for e in self.engines])
 
     def _train_metrics(self, trajectories, groups, learn, times) -> dict:
@@ -259,16 +289,29 @@ class Algorithm:
         stats = ray.get(self.queue.get_stats.remote())
         return {
             "iteration": self.iteration, "policy_version": self.version,
-            "reward_mean": float(np.mean(rewards)), "success_rate": float(np.mean([r >= 1.0 for r in rewards])),
+            "reward_mean": _mean(rewards), "success_rate": _mean([r >= 1.0 for r in rewards]),
             "num_episodes": len(trajectories), "num_groups": len(groups),
-            "frac_zero_variance_groups": float(np.mean([not is_learnable(g) for g in groups])),
-            "frac_all_fail_groups": float(np.mean([all_failed(g) for g in groups])),
-            "pass_at_G": float(np.mean([max(t.reward for t in g) >= 1.0 for g in groups])),
+            "frac_zero_variance_groups": _mean([not is_learnable(g) for g in groups]),
+            "frac_all_fail_groups": _mean([all_failed(g) for g in groups]),
+            "pass_at_G": _mean([max(t.reward for t in g) >= 1.0 for g in groups]),
             "gen_tokens": int(sum(t.gen_tokens for t in trajectories)),
-            "turns_mean": float(np.mean([t.num_turns for t in trajectories])),
-            "frac_context_truncated": float(np.mean([t.context_truncated for t in trajectories])),
+            "turns_mean": _mean([t.num_turns for t in trajectories]),
+            "frac_context_truncated": _mean([t.context_truncated for t in trajectories]),
             "seconds": {k: round(v, 3) for k, v in times.items()}, "learner": learn, "queue": stats,
         }
+
+
+@dataclass
+class _Launch:
+    """Rollouts sent to the runners and not collected yet: refs -> (runner, chunk, tries)."""
+
+    specs: list[EpisodeSpec]
+    sampling: dict
+    pending: dict
+
+
+def _mean(values) -> float:
+    return float(np.mean(values)) if len(values) else float("nan")
 
 
 @contextmanager

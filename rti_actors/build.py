@@ -30,7 +30,8 @@ from rti_actors.config import ConfigError, RTIConfig, learner_settings
 from rti_actors.engine_actor import EngineActor, EnginePool
 from rti_actors.engine_chat import EngineChat
 from rti_actors.env_runner import EnvRunner
-from rti_actors.learner import QueueLearner, estimate_memory_gib
+from rti_actors.learner import estimate_memory_gib
+from rti_actors.learner_group import LearnerGroup
 from rti_actors.replay import ReplayQueue
 from rti_actors.rti.gate import PPLGate
 from rti_actors.rti.pipeline import Intervention
@@ -55,7 +56,9 @@ class ActorGraph:
     extra: list = field(default_factory=list)  # role actors, gate, extra engines
 
     def kill(self) -> None:
-        for a in self.runners + self.engines + [self.learner, self.queue] + self.extra:
+        if self.learner is not None:
+            self.learner.kill()  # its ranks and their placement group
+        for a in self.runners + self.engines + [self.queue] + self.extra:
             if a is not None:
                 ray.kill(a, no_restart=True)
 
@@ -73,19 +76,38 @@ def rollout_sampling(policy: dict, temperature: float | None = None) -> dict:
             "temperature": policy["temperature"] if temperature is None else temperature}
 
 
-def ray_cpus(log_level: str = "WARNING") -> float:
-    # Connects to the cluster of a `ray job submit` (or RAY_ADDRESS), else starts a local
-    # one whose workers inherit this process's environment (VLLM_*, TORCH_EXTENSIONS_DIR).
+def cluster_resources(log_level: str = "WARNING") -> tuple[float, float]:
+    """(CPUs, GPUs) of the cluster. Connects to the cluster of a `ray job submit` (or
+    RAY_ADDRESS), else starts a local one whose workers inherit this process's environment
+    (VLLM_*, TORCH_EXTENSIONS_DIR)."""
     if not ray.is_initialized():
         ray.init(ignore_reinit_error=True, logging_level=log_level)
-    return float(ray.cluster_resources().get("CPU", 0))
+    res = ray.cluster_resources()
+    return float(res.get("CPU", 0)), float(res.get("GPU", 0))
+
+
+def await_started(actors: dict[str, object], timeout_s: float) -> None:
+    """Ping every actor ({name: handle}); an actor that fails to start raises its error, one
+    that does not answer within ``timeout_s`` (it cannot be scheduled: too few GPUs or CPUs
+    free, or it is still loading) is a ConfigError naming it."""
+    refs = {a.ping.remote(): name for name, a in actors.items()}
+    done, pending = ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
+    ray.get(done)  # an actor whose constructor failed raises here
+    if pending:
+        names = ", ".join(refs[r] for r in pending)
+        free = {k: round(v, 2) for k, v in ray.available_resources().items() if k in ("CPU", "GPU")}
+        raise ConfigError(f"{len(pending)} actor(s) did not start within {timeout_s:g} s: {names}. Free in the "
+                          f"cluster now: {free}. If they are waiting for resources, lower the num_cpus_per_* / "
+                          "num_gpus_per_* options or add nodes; if they are still loading a large model, raise "
+                          "fault_tolerance(start_timeout_s=...)")
 
 
 def build_graph(config: RTIConfig) -> ActorGraph:
     """Validate ``config`` against the cluster, start and ping every actor."""
     c = config
     log.setLevel(c["debugging"]["log_level"])
-    c.validate(available_cpus=ray_cpus(c["debugging"]["log_level"]))
+    cpus, gpus = cluster_resources(c["debugging"]["log_level"])
+    c.validate(available_cpus=cpus, available_gpus=gpus)
     p = c["policy"]
     try:
         model_path = load_model(p["model"])
@@ -96,6 +118,7 @@ def build_graph(config: RTIConfig) -> ActorGraph:
         raise ConfigError(f"policy(max_model_len={p['max_model_len']}) is longer than the model's {positions} "
                           f"positions (max_position_embeddings in {model_path}/config.json); "
                           f"set max_model_len <= {positions}")
+    _check_tensor_parallel(model_path, p["tensor_parallel_size"])
     renderer = _renderer(model_path, p)
     _check_memory(c, model_path)
     started: list = []
@@ -103,7 +126,10 @@ def build_graph(config: RTIConfig) -> ActorGraph:
         graph = _start(c, model_path, renderer, started)
     except Exception:
         for a in started:  # the ones that did start hold CPUs and memory
-            ray.kill(a, no_restart=True)
+            if isinstance(a, LearnerGroup):
+                a.kill()
+            else:
+                ray.kill(a, no_restart=True)
         raise
     return graph
 
@@ -113,6 +139,8 @@ def _start(c: RTIConfig, model_path: str, renderer, started: list) -> ActorGraph
     # engines: generation and scoring for rollouts, the intervention roles and the gate
     dtype = p["dtype"] or ("bfloat16" if p["engine"] == "vllm" else "float32")
     engine_kwargs = {"dtype": dtype, "max_model_len": p["max_model_len"], **p["engine_kwargs"]}
+    if p["tensor_parallel_size"] > 1:
+        engine_kwargs["tensor_parallel_size"] = p["tensor_parallel_size"]
     engine_cls = ray.remote(EngineActor).options(
         num_cpus=r["num_cpus_per_engine"], num_gpus=r["num_gpus_per_engine"],
         max_restarts=ft["max_restarts"], max_task_retries=ft["max_task_retries"],
@@ -132,18 +160,23 @@ def _start(c: RTIConfig, model_path: str, renderer, started: list) -> ActorGraph
                                                max_task_retries=0)
     pool = EnginePool(engines)
     runners = [runner_cls.remote(creator, env_config, r["num_envs_per_env_runner"], model_path, p, pool, i,
-                                 c["debugging"]["check_drift"]) for i in range(r["num_env_runners"])]
+                                 c["debugging"]["check_drift"], ft["max_episode_retries"])
+               for i in range(r["num_env_runners"])]
     started += runners
 
     # replay queue and learner
     queue = ray.remote(ReplayQueue).options(num_cpus=0).remote(t["max_policy_lag"])
-    learner = ray.remote(QueueLearner).options(
-        num_cpus=lc["num_cpus_per_learner"], num_gpus=lc["num_gpus_per_learner"],
-        runtime_env=threads_env(lc["num_threads_per_learner"])).remote(model_path, learner_settings(c))
-    started += [queue, learner]
+    started.append(queue)
+    # N ranks packed on a node share its cores: by default each gets its share, not all of them
+    threads = lc["num_threads_per_learner"] or max(1, (os.cpu_count() or 1) // lc["num_learners"])
+    learner = LearnerGroup(model_path, learner_settings(c), lc["num_learners"], lc["num_cpus_per_learner"],
+                           lc["num_gpus_per_learner"], threads_env(threads), ft["start_timeout_s"])
+    started.append(learner)
     # every actor answers before build returns: one that cannot start (an engine that
     # refuses its settings, a model that does not fit) fails here
-    ray.get([a.ping.remote() for a in engines + runners + [learner]])
+    await_started({**{f"engine {i}": e for i, e in enumerate(engines)},
+                   **{f"env runner {i}": x for i, x in enumerate(runners)}, **learner.named_actors(),
+                   **{f"engine for {path}": e for path, e in extra_engines.by_path.items()}}, ft["start_timeout_s"])
     train_ids = ray.get(runners[0].task_ids.remote("train"))
     if not train_ids:
         raise ConfigError(f"environment {env!r} has no tasks in its 'train' split")
@@ -276,7 +309,7 @@ def _intervention(c: RTIConfig, model_path: str, renderer, pool: EnginePool, run
         providers = [ray.remote(RuleRoles).options(**options).remote(creator, env_config, model_path)]
         extra += providers
         started += providers
-    ray.get([a.ping.remote() for a in providers + role_actors])
+    await_started({f"RTI role actor {i}": a for i, a in enumerate(providers + role_actors)}, ft["start_timeout_s"])
     facts = ray.get(runners[0].verifier_facts.remote())
     intervention = Intervention(iv, roles=providers, verifiers=role_actors, gate=gate, runners=runners,
                                 renderer=renderer, sampling=rollout_sampling(p), seed=c["debugging"]["seed"], facts=facts)
@@ -292,20 +325,36 @@ def _init_weight_sync(c: RTIConfig, learner, engines: list) -> tuple[str, list |
         mode = "broadcast" if lc["num_gpus_per_learner"] and r["num_gpus_per_engine"] else "object_store"
     if mode != "broadcast":
         return mode, None
-    host, port = ray.get(learner.weight_sync_address.remote())
+    host, port = learner.weight_sync_address()
     backend, world = ("nccl" if lc["num_gpus_per_learner"] else "gloo"), 1 + len(engines)
-    ray.get([learner.init_weight_sync.remote(host, port, world, backend)]
+    ray.get([learner.init_weight_sync(host, port, world, backend)]
             + [e.init_weight_sync.remote(host, port, i + 1, world, backend) for i, e in enumerate(engines)])
-    return mode, ray.get(learner.weight_meta.remote())
+    return mode, learner.weight_meta()
 
 
 def _renderer(model_path: str, policy: dict):
     from transformers import AutoTokenizer
 
     try:
-        return ChatRenderer(AutoTokenizer.from_pretrained(model_path), policy["fallback_chat_template"])
+        return ChatRenderer(AutoTokenizer.from_pretrained(model_path), policy["fallback_chat_template"],
+                            policy.get("chat_template", "auto"))
     except ChatTemplateError as e:
         raise ConfigError(f"policy(model={policy['model']!r}): {e}") from None
+
+
+def _check_tensor_parallel(model_path: str, tp: int) -> None:
+    """Attention (and KV) heads are split over the TP group, so the size must divide them."""
+    if tp == 1:
+        return
+    from transformers import AutoConfig
+
+    cfg = AutoConfig.from_pretrained(model_path)
+    cfg = getattr(cfg, "text_config", None) or cfg
+    heads = cfg.num_attention_heads
+    kv = getattr(cfg, "num_key_value_heads", None) or heads
+    if heads % tp or (kv >= tp and kv % tp):
+        raise ConfigError(f"policy(tensor_parallel_size={tp}) does not divide the model's {heads} attention heads "
+                          f"({kv} key/value heads): choose a divisor of {heads}")
 
 
 def _check_memory(c: RTIConfig, model_path: str) -> None:
@@ -314,7 +363,8 @@ def _check_memory(c: RTIConfig, model_path: str) -> None:
     lc, r = c["learners"], c["env_runners"]
     if lc["num_gpus_per_learner"] or r["num_gpus_per_engine"]:
         return  # device memory is checked by the engines themselves
-    need = estimate_memory_gib(model_path, lc["zero_stage"], lc["dtype"] or "float32")
+    n = lc["num_learners"]  # CPU ranks share this host's memory, each holding its ZeRO share
+    need = n * estimate_memory_gib(model_path, lc["zero_stage"], lc["dtype"] or "float32", world_size=n)
     # fp32 model states are 16 bytes/param (weights 4, grads 4, Adam 8): a quarter is
     # the fp32 weights an engine holds at most; plus its KV cache and runtime (~1.5 GiB)
     weights_gib = estimate_memory_gib(model_path, 0, "float32") / 4

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from pathlib import Path
 
 from envs import list_envs
+from policies.chat import check_chat_template
 from policies.engines import vllm_available
-from policies.models import BUILTIN_MODELS, is_model_folder
+from policies.models import BUILTIN_MODELS, is_hub_id, is_model_folder
 
 ALGORITHMS = ("grpo", "gspo", "rti")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -23,6 +25,10 @@ DEFAULTS: dict[str, dict] = {
     "environment": {"env": None, "env_config": {}},
     "policy": {"model": "smollm2-135m-instruct", "engine": "vllm", "dtype": None, "max_model_len": 4096,
                "max_new_tokens": 256, "temperature": 0.8, "top_p": 1.0, "fallback_chat_template": "chatml",
+               # "auto": the model family's training template (policies/chat.py), or a family name, or Jinja
+               "chat_template": "auto",
+               # GPUs one vLLM engine shards the model over; equals env_runners(num_gpus_per_engine)
+               "tensor_parallel_size": 1,
                "engine_kwargs": {}},
     "env_runners": {"num_env_runners": 2, "num_envs_per_env_runner": 4, "num_cpus_per_env_runner": 0.25,
                     "num_engines": 1, "num_cpus_per_engine": 0.5, "num_gpus_per_engine": 0,
@@ -35,7 +41,11 @@ DEFAULTS: dict[str, dict] = {
     "learners": {"backend": "deepspeed", "zero_stage": 0, "num_cpus_per_learner": 0.5, "num_gpus_per_learner": 0,
                  "dtype": None, "num_threads_per_learner": None,
                  # "auto": broadcast (NCCL) when learner and engines are on GPUs, else the object store
-                 "weight_sync": "auto"},
+                 "weight_sync": "auto",
+                 # num_learners: DeepSpeed ranks, each one actor with the per-learner CPUs/GPUs
+                 # (rti_actors/learner_group.py); offload: "none" | "optimizer" | "optimizer+params"
+                 # (ZeRO-Offload to host memory; params only under ZeRO-3)
+                 "num_learners": 1, "gradient_checkpointing": False, "offload": "none"},
     # RTI (used when training(algorithm="rti")); docs/ALGORITHM.md gives the source of each default
     "interventions": {
         "roles": "self",            # "self" | "rules" | a local model folder | an http(s):// endpoint
@@ -61,7 +71,11 @@ DEFAULTS: dict[str, dict] = {
     # supervised warm start on demonstrations (Algorithm.pretrain_sft), through the same learner
     "sft": {"lr": 1e-5, "epochs": 2, "batch_size": 8, "min_reward": 1.0, "reset_optimizer": True},
     "evaluation": {"num_samples": 4, "split": "test", "num_tasks": None, "temperature": None},
-    "fault_tolerance": {"max_restarts": 2, "max_task_retries": 2},
+    # start_timeout_s: how long build() waits for every actor to answer its first ping (an
+    # engine loading a large model takes minutes; an actor that cannot be scheduled, never).
+    # max_episode_retries: fresh-env replays of an episode whose environment failed.
+    "fault_tolerance": {"max_restarts": 2, "max_task_retries": 2, "start_timeout_s": 900.0,
+                        "max_episode_retries": 2},
     "reporting": {"run_dir": "runs", "run_name": None, "tensorboard": True, "progress_bar": None, "plot": True},
     "debugging": {"seed": 0, "check_drift": False, "log_level": "WARNING"},
 }
@@ -155,7 +169,7 @@ class RTIConfig:
         return isinstance(other, RTIConfig) and self._cfg == other._cfg
 
     # ---- validation and build --------------------------------------------------------------
-    def validate(self, available_cpus: float | None = None) -> None:
+    def validate(self, available_cpus: float | None = None, available_gpus: float | None = None) -> None:
         """Raise ``ConfigError`` naming every problem found, each with what to change."""
 
         c = self._cfg
@@ -193,6 +207,16 @@ class RTIConfig:
             problems.append("temperature must be >= 0")
         if p["max_new_tokens"] >= p["max_model_len"]:
             problems.append(f"max_new_tokens={p['max_new_tokens']} must be below max_model_len={p['max_model_len']}")
+        tp = p["tensor_parallel_size"]
+        if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
+            problems.append(f"policy(tensor_parallel_size={tp!r}) must be an integer >= 1")
+        elif tp > 1 and (p["engine"] != "vllm" or c["env_runners"]["num_gpus_per_engine"] != tp):
+            problems.append(f"policy(tensor_parallel_size={tp}) shards a vLLM engine over {tp} GPUs: use engine='vllm' "
+                            f"and env_runners(num_gpus_per_engine={tp}) (now engine={p['engine']!r}, "
+                            f"num_gpus_per_engine={c['env_runners']['num_gpus_per_engine']})")
+        template_problem = check_chat_template(p["chat_template"])
+        if template_problem:
+            problems.append(template_problem)
         r = c["env_runners"]
         for key in ("num_env_runners", "num_envs_per_env_runner", "num_engines"):
             if not isinstance(r[key], int) or r[key] < 1:
@@ -202,6 +226,7 @@ class RTIConfig:
             problems.append(f"unknown learner backend {lr['backend']!r}: choose 'deepspeed' or 'torch'")
         if lr["zero_stage"] not in (0, 1, 2, 3):
             problems.append(f"zero_stage={lr['zero_stage']} must be 0, 1, 2 or 3")
+        problems += _learner_group_problems(lr)
         if lr["weight_sync"] not in ("auto", "object_store", "broadcast"):
             problems.append(f"weight_sync={lr['weight_sync']!r}: choose 'auto', 'object_store' or 'broadcast'")
         elif lr["weight_sync"] == "broadcast" and bool(lr["num_gpus_per_learner"]) != bool(r["num_gpus_per_engine"]):
@@ -221,12 +246,29 @@ class RTIConfig:
             problems.append(f"debugging(log_level={c['debugging']['log_level']!r}): choose one of {list(LOG_LEVELS)}")
         if not problems and available_cpus is not None:
             need = (r["num_env_runners"] * r["num_cpus_per_env_runner"] + r["num_engines"] * r["num_cpus_per_engine"]
-                    + lr["num_cpus_per_learner"])
+                    + lr["num_learners"] * lr["num_cpus_per_learner"])
             if need > available_cpus + 1e-9:
                 problems.append(
                     f"the actors need {need:g} CPUs ({r['num_env_runners']} env runners x {r['num_cpus_per_env_runner']} + "
-                    f"{r['num_engines']} engines x {r['num_cpus_per_engine']} + learner {lr['num_cpus_per_learner']}) but "
+                    f"{r['num_engines']} engines x {r['num_cpus_per_engine']} + "
+                    f"{_learners_text(lr, 'num_cpus_per_learner')}) but "
                     f"the cluster has {available_cpus:g}: lower num_env_runners or the num_cpus_per_* options")
+        if not problems and available_gpus is not None:
+            role_model = c["interventions"]["roles"] not in ("self", "rules") and not str(
+                c["interventions"]["roles"]).startswith(("http://", "https://")) and t["algorithm"] == "rti"
+            engines = r["num_engines"] + int(role_model)
+            need = engines * r["num_gpus_per_engine"] + lr["num_learners"] * lr["num_gpus_per_learner"]
+            if need > available_gpus + 1e-9:
+                problems.append(
+                    f"the actors need {need:g} GPUs ({engines} engines x {r['num_gpus_per_engine']} + "
+                    f"{_learners_text(lr, 'num_gpus_per_learner')}) but the cluster has {available_gpus:g}: lower num_engines, "
+                    "num_gpus_per_engine or num_gpus_per_learner, or add GPU nodes")
+        ft = c["fault_tolerance"]
+        for key in ("max_restarts", "max_task_retries", "max_episode_retries"):
+            if not isinstance(ft[key], int) or isinstance(ft[key], bool) or ft[key] < 0:
+                problems.append(f"fault_tolerance({key}={ft[key]!r}) must be an integer >= 0")
+        if not _is_number(ft["start_timeout_s"]) or not ft["start_timeout_s"] > 0:
+            problems.append(f"fault_tolerance(start_timeout_s={ft['start_timeout_s']!r}) must be a number > 0")
         if problems:
             raise ConfigError("invalid RTIConfig:\n  - " + "\n  - ".join(problems))
 
@@ -240,17 +282,66 @@ class RTIConfig:
         self._frozen = True
 
 
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+OFFLOADS = ("none", "optimizer", "optimizer+params")
+
+
+def _learner_group_problems(lr: dict) -> list[str]:
+    """num_learners, gradient_checkpointing and offload (the learner group and its memory options)."""
+    problems = []
+    n, torch_backend = lr["num_learners"], lr["backend"] == "torch"
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        problems.append(f"learners(num_learners={n!r}) must be an integer >= 1")
+    elif n > 1:
+        if torch_backend:
+            problems.append(f"learners(backend='torch') runs on one process; use backend='deepspeed' for "
+                            f"num_learners={n}")
+        if not lr["num_cpus_per_learner"] and not lr["num_gpus_per_learner"]:
+            problems.append(f"num_learners={n} places each rank in a placement-group bundle, which cannot be empty: "
+                            "set num_cpus_per_learner > 0 (or num_gpus_per_learner)")
+        if 0 < lr["num_gpus_per_learner"] < 1:
+            problems.append(f"num_learners={n} with num_gpus_per_learner={lr['num_gpus_per_learner']}: NCCL cannot "
+                            "run two ranks on one GPU; give each rank a whole GPU (1) or use num_learners=1")
+    if torch_backend and lr["zero_stage"] == 3:
+        problems.append("zero_stage=3 partitions the weights, which only DeepSpeed does: use backend='deepspeed' "
+                        "(the torch backend holds everything in one process)")
+    if not isinstance(lr["gradient_checkpointing"], bool):
+        problems.append(f"learners(gradient_checkpointing={lr['gradient_checkpointing']!r}) must be True or False")
+    offload = lr["offload"]
+    if offload not in OFFLOADS:
+        problems.append(f"learners(offload={offload!r}): choose one of {list(OFFLOADS)}")
+    elif offload != "none" and (torch_backend or lr["zero_stage"] == 0):
+        problems.append(f"offload={offload!r} is DeepSpeed's ZeRO-Offload: it needs backend='deepspeed' and "
+                        "zero_stage >= 1")
+    elif offload == "optimizer+params" and lr["zero_stage"] != 3:
+        problems.append(f"offload='optimizer+params' needs zero_stage=3 (only ZeRO-3 partitions the weights); "
+                        f"with zero_stage={lr['zero_stage']} use offload='optimizer'")
+    return problems
+
+
+def _learners_text(lr: dict, key: str) -> str:
+    n = lr["num_learners"]
+    return f"learner {lr[key]}" if n == 1 else f"{n} learners x {lr[key]}"
+
+
 def _intervention_problems(iv: dict) -> list[str]:
 
     problems = []
     roles = iv["roles"]
     if not isinstance(roles, str) or not roles:
         problems.append("interventions(roles=...) must be 'self', 'rules' (the env's rti_rules() hook), a local "
-                        "model folder or an http(s):// URL")
+                        "model folder, a Hugging Face hub id ('org/name') or an http(s):// URL")
     elif roles not in ("self", "rules") and not roles.startswith(("http://", "https://")):
-        if roles not in BUILTIN_MODELS and not is_model_folder(Path(roles).expanduser()):
+        # a hub id is checked by its shape only (nothing is downloaded here); build's load_model
+        # resolves it and turns a failure into a ConfigError naming this option
+        path = Path(roles).expanduser()
+        if roles not in BUILTIN_MODELS and not is_model_folder(path) and not (is_hub_id(roles) and not path.exists()):
             problems.append(f"interventions(roles={roles!r}): not 'self', 'rules', an http(s):// endpoint, a built-in "
-                            f"model {sorted(BUILTIN_MODELS)} or a local model folder with config.json")
+                            f"model {sorted(BUILTIN_MODELS)}, a local model folder with config.json or a Hugging "
+                            "Face hub id ('org/name')")
     if iv["ppl_threshold"] < 0:
         problems.append("ppl_threshold must be >= 0 (0 rejects every intervention, inf accepts all)")
     if not 0 <= iv["eps_cal"] < 1:
@@ -289,11 +380,12 @@ def learner_settings(config: RTIConfig) -> dict:
     Keys: algorithm, lr, weight_decay, clip_eps, gspo_clip_eps ((low, high)), temperature (the
     rollout temperature the behaviour log-probs were taken at, so unchanged weights give ratio
     1), zero_stage, micro_batch_tokens, grad_clip, seed, backend, dtype (None: bf16 on GPU,
-    fp32 on CPU). The learner's own defaults are this function applied to ``RTIConfig()``.
+    fp32 on CPU), gradient_checkpointing, offload. The learner's own defaults are this
+    function applied to ``RTIConfig()``; the group adds each rank's rank and world_size.
     """
     t, p, lc = config["training"], config["policy"], config["learners"]
     return {"algorithm": t["algorithm"], "lr": t["lr"], "weight_decay": t["weight_decay"], "clip_eps": t["clip"],
             "gspo_clip_eps": gspo_clip_pair(t["gspo_clip"]), "temperature": p["temperature"],
             "zero_stage": lc["zero_stage"], "micro_batch_tokens": t["micro_batch_tokens"],
             "grad_clip": t["grad_clip"], "seed": config["debugging"]["seed"], "backend": lc["backend"],
-            "dtype": lc["dtype"]}
+            "dtype": lc["dtype"], "gradient_checkpointing": lc["gradient_checkpointing"], "offload": lc["offload"]}

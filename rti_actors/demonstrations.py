@@ -33,7 +33,6 @@ from pathlib import Path
 
 from envs.base import play
 from envs.registry import make_env
-from envs.tool_calls import format_assistant_turn
 from envs.transcript import own_turn_positions
 
 FIELDS = ("task_id", "env", "split", "messages", "tools", "demonstration", "reward", "source", "num_context_messages")
@@ -132,11 +131,11 @@ def to_sample(renderer, record: dict) -> dict:
         m = messages[i]
         if m["role"] == "assistant":
             buf.append_context(renderer.generation_prompt_ids(seen))
-            ids = renderer.tokenizer.encode(format_assistant_turn(m.get("content") or "", m.get("tool_calls") or []),
-                                            add_special_tokens=False) + [renderer.eos_id]
+            # the turn as this model family writes it (its tool-call syntax, its reasoning block)
+            ids = renderer.tokenizer.encode(renderer.assistant_text(m), add_special_tokens=False) + [renderer.eos_id]
             buf.append_generated(ids, [0.0] * len(ids))
             buf.append_context(renderer.close_assistant_ids(ids))
-            seen.append({k: m[k] for k in ("role", "content", "tool_calls") if k in m})
+            seen.append({k: m[k] for k in ("role", "content", "tool_calls", "reasoning_content") if k in m})
             i += 1
         else:
             j = i

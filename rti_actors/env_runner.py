@@ -41,6 +41,7 @@ class Continuation:
     messages: list[dict]
     prefix: TokenBuffer
     turn_spans: list[tuple[int, int]]
+    turn_versions: list[int]  # of the prefix's turns, as sampled
     ids: list[int]
     logprobs: list[float]
     token_weight: list[float]
@@ -74,6 +75,7 @@ class Episode:
 
     intervened_step: int | None = None
     corrected_span: tuple[int, int] | None = None
+    infra_error: str = ""
 
     def result(self, seconds: float, drift: dict | None) -> Trajectory:
         """The one place a Trajectory is made."""
@@ -81,20 +83,24 @@ class Episode:
         return Trajectory(
             task_id=s.task_id, sample_index=s.sample_index, seed=s.seed, round=s.round, split=s.split,
             ids=b.ids, loss_mask=b.loss_mask, logprobs=b.logprobs, token_weight=b.token_weight,
-            turn_spans=self.turn_spans, policy_version=min(self.versions) if self.versions else -1,
+            turn_spans=self.turn_spans, turn_versions=self.versions,
+            policy_version=min(self.versions) if self.versions else -1,
             reward=self.reward, terminated=self.terminated, truncated=self.truncated,
             context_truncated=self.context_truncated, info=self.info, actions=self.actions, messages=self.messages,
             tools=self.tools, seconds=seconds, drift=drift, intervened_step=self.intervened_step,
-            corrected_span=self.corrected_span)
+            corrected_span=self.corrected_span, infra_error=self.infra_error)
 
 
 class EnvRunner:
     def __init__(self, env_creator, env_config: dict, num_envs: int, model_path: str, policy: dict,
-                 engine_pool, runner_index: int = 0, check_drift: bool = False):
+                 engine_pool, runner_index: int = 0, check_drift: bool = False, max_episode_retries: int = 2):
         from transformers import AutoTokenizer
 
+        self.creator, self.env_config = env_creator, env_config
         self.envs = [env_creator(dict(env_config)) for _ in range(num_envs)]
-        self.renderer = ChatRenderer(AutoTokenizer.from_pretrained(model_path), policy.get("fallback_chat_template", "chatml"))
+        self.max_episode_retries = max_episode_retries
+        self.renderer = ChatRenderer(AutoTokenizer.from_pretrained(model_path), policy.get("fallback_chat_template", "chatml"),
+                                     policy.get("chat_template", "auto"))
         self.policy = policy
         self.engines = engine_pool
         self.index = runner_index
@@ -113,7 +119,18 @@ class EnvRunner:
         out = []
         for i in range(0, len(specs), len(self.envs)):
             wave = specs[i:i + len(self.envs)]
-            out += self._play([self._open(env, spec) for env, spec in zip(self.envs, wave)], sampling)
+            trajs = self._play([self._open(env, spec) for env, spec in zip(self.envs, wave)], sampling)
+            for attempt in range(1, self.max_episode_retries + 1):
+                failed = [k for k, t in enumerate(trajs) if t.infra_error]
+                if not failed:
+                    break
+                # the env failed, not the agent: replay the episode on a fresh env (a broken
+                # connection or corrupted state goes with the old one), same seeds
+                for k in failed:
+                    self.envs[k] = self.creator(dict(self.env_config))
+                for k, t in zip(failed, self._play([self._open(self.envs[k], wave[k]) for k in failed], sampling)):
+                    t.infra_retries, trajs[k] = attempt, t
+            out += trajs
         return out
 
     def continue_from(self, requests: list[Continuation], sampling: dict) -> list[Trajectory | ReplayFailure]:
@@ -150,15 +167,24 @@ class EnvRunner:
     # ---- episodes -------------------------------------------------------------------------
     def _open(self, env, spec: EpisodeSpec) -> Episode:
         env.unwrapped.config["split"] = spec.split
-        obs, info = env.reset(options={"task_id": spec.task_id})
+        try:
+            obs, info = env.reset(options={"task_id": spec.task_id})
+        except Exception as e:
+            return Episode(spec=spec, env=env, messages=[], buf=TokenBuffer(), done=True,
+                           infra_error=f"reset of task {spec.task_id!r} raised {type(e).__name__}: {e}")
         messages, buf = self.renderer.begin(obs, info.get("tools"), info.get("demonstration"))
         return Episode(spec=spec, env=env, messages=messages, buf=buf, tools=info.get("tools") or [])
 
     def _resume(self, env, req: Continuation) -> Episode:
         ep = self._open(env, req.spec)
+        if ep.infra_error:
+            raise ReplayError(ep.infra_error)
         for action in req.actions:
             turn = self.renderer.decode_text(action)
-            new, _, terminated, truncated, _ = env.step(action)
+            try:
+                new, _, terminated, truncated, _ = env.step(action)
+            except Exception as e:
+                raise ReplayError(f"the environment raised {type(e).__name__} while replaying: {e}") from e
             ep.messages.append(turn)
             ep.messages += new
             if terminated or truncated:
@@ -170,7 +196,7 @@ class EnvRunner:
         ep.turn_spans = [tuple(s) for s in req.turn_spans]
         p = req.prefix
         ep.buf = TokenBuffer(list(p.ids), list(p.loss_mask), list(p.logprobs), list(p.token_weight))
-        ep.versions = [req.version]
+        ep.versions = list(req.turn_versions)  # the corrected turn's is appended below
         start = len(ep.buf)
         self._advance(ep, [], {"token_ids": req.ids, "logprobs": req.logprobs, "finish_reason": "stop",
                                "version": req.version}, int(self.policy["max_model_len"]))
@@ -202,7 +228,8 @@ class EnvRunner:
             for ep, gp, gen in zip(live, gps, gens):
                 self._advance(ep, gp, gen, max_len)
         seconds = time.perf_counter() - t0
-        return [ep.result(seconds, self.renderer.drift(ep.messages, ep.buf.ids) if self.check_drift else None)
+        return [ep.result(seconds, self.renderer.drift(ep.messages, ep.buf.ids) if self.check_drift and ep.messages
+                          else None)
                 for ep in episodes]
 
     def _advance(self, ep: Episode, gen_prompt: list[int], gen: dict, max_len: int) -> None:
@@ -215,7 +242,13 @@ class EnvRunner:
         ep.buf.append_context(self.renderer.close_assistant_ids(ids))
         text = self.renderer.decode_turn(ids)["text"]
         ep.actions.append(text)
-        new, reward, terminated, truncated, info = ep.env.step(text)
+        try:
+            new, reward, terminated, truncated, info = ep.env.step(text)
+        except Exception as e:  # bad actions are observations: this is the env's own failure
+            ep.infra_error = (f"step {len(ep.actions) - 1} of task {ep.spec.task_id!r} raised "
+                              f"{type(e).__name__}: {e}")
+            ep.done = True
+            return
         ep.messages.append(self.renderer.decode_text(text))
         if gen["finish_reason"] == "length" and len(ep.buf) >= max_len - 1:
             truncated = ep.context_truncated = True

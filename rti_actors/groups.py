@@ -21,6 +21,18 @@ def group_by_task(trajectories: list[Trajectory]) -> list[list[Trajectory]]:
     return [sorted(g, key=lambda t: t.sample_index) for g in groups.values()]
 
 
+def scored_groups(trajectories: list[Trajectory]) -> tuple[list[list[Trajectory]], dict]:
+    """The groups to train on, and fault counts. An episode whose environment failed
+    (``infra_error``) says nothing about the policy: it is left out of its group rather than
+    scored 0, which would bias the advantages and could trigger RTI on a group the policy
+    never failed. A group left with fewer than two episodes cannot be normalised: dropped."""
+    scored = [t for t in trajectories if not t.infra_error]
+    groups = [g for g in group_by_task(scored) if len(g) >= 2]
+    return groups, {"faults/infra_episodes": len(trajectories) - len(scored),
+                    "faults/episode_retries": sum(t.infra_retries for t in trajectories),
+                    "faults/groups_dropped": len({t.task_id for t in trajectories}) - len(groups)}
+
+
 def group_advantages(rewards: list[float]) -> list[float]:
     r = np.asarray(rewards, dtype=np.float64)
     return ((r - r.mean()) / (r.std() + EPS)).tolist()

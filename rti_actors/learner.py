@@ -1,16 +1,22 @@
 """The learner: a DeepSpeed engine (or a plain torch loop) over a Hugging Face causal LM.
 
 ``Learner`` is a plain class; ``QueueLearner`` (at the end) is the actor the graph runs: it pulls
-weighted groups from the replay queue. The build wraps it with ``ray.remote``. One ``update``
-call is one optimiser step over a list of samples, micro-batched by a padded-token budget
-with gradient accumulation. Losses live in ``rti_actors.losses``.
+weighted groups from the replay queue (``rti_actors.learner_group`` starts one per rank).
+One ``update`` call is one optimiser step over a list of samples, micro-batched by a padded-
+token budget with gradient accumulation. Losses live in ``rti_actors.losses``.
 
 Data parallelism: each rank is one Learner (config ``rank``, ``world_size``, ``master_addr``,
 ``master_port``) that receives its own shard of the samples. Loss normalisers (tokens or
 sequences) and the number of micro-batches are agreed across ranks before the first forward,
-so the result equals one rank holding the whole batch. ``update``, ``get_weights``, ``save``,
-``load`` and ``export_hf`` are collective under DeepSpeed with world_size > 1: call them on
-every rank.
+so the result equals one rank holding the whole batch (a rank may even hold no sample).
+``update``, ``save``, ``load`` and ``export_hf`` are collective under DeepSpeed with
+world_size > 1, and so are ``get_weights`` / ``broadcast_weights`` under ZeRO-3 (the other
+ranks call ``join_gather``): call them on every rank. ``rti_actors.learner_group`` does that
+for the driver.
+
+Memory options: ``gradient_checkpointing`` recomputes activations in the backward (HF's own
+checkpointing of the decoder layers); ``offload`` moves the optimiser states ("optimizer"),
+and under ZeRO-3 the weights too ("optimizer+params"), from the GPU to host memory.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import psutil
 import ray
 import torch
 
-from rti_actors.config import ALGORITHMS, RTIConfig, gspo_clip_pair, learner_settings
+from rti_actors.config import ALGORITHMS, OFFLOADS, RTIConfig, gspo_clip_pair, learner_settings
 from rti_actors.losses import add_stats, finish_stats, grpo_loss, gspo_loss, masked_token_logprobs, sft_loss
 from rti_actors.trajectory import LearnerSample
 from rti_actors.weight_sync import free_address, init_group, send
@@ -41,7 +47,6 @@ from rti_actors.weight_sync import free_address, init_group, send
 DEFAULTS = {
     **learner_settings(RTIConfig()),
     "betas": (0.9, 0.999),
-    "gradient_checkpointing": False,
     "rank": 0,
     "world_size": 1,
     "master_addr": "127.0.0.1",
@@ -117,6 +122,25 @@ def micro_batches(lengths: list[int], budget: int) -> list[list[int]]:
     return groups
 
 
+def shard_by_tokens(samples: list, num_shards: int) -> list[list]:
+    """Split ``samples`` into ``num_shards`` lists of about equal token counts (one per rank).
+
+    Greedy, longest sample first, each to the shard with the fewest tokens so far (ties: the
+    lower shard), so the first ``num_shards`` samples open one shard each: every shard gets a
+    sample when there are at least as many samples as shards. With fewer, the last shards are
+    empty; their ranks run zero-loss passes and the step is the same (``Learner.update``).
+    Inside a shard the batch order is kept, so one shard is the batch itself.
+    """
+    if num_shards < 1:
+        raise ValueError(f"num_shards must be >= 1, got {num_shards}")
+    loads, members = [0] * num_shards, [[] for _ in range(num_shards)]
+    for i in sorted(range(len(samples)), key=lambda i: (-len(samples[i]["ids"]), i)):
+        k = min(range(num_shards), key=lambda j: (loads[j], j))
+        members[k].append(i)
+        loads[k] += len(samples[i]["ids"])
+    return [[samples[i] for i in sorted(m)] for m in members]
+
+
 def check_samples(samples: list[dict]) -> None:
     if not samples:
         raise ValueError("update() needs at least one sample")
@@ -172,6 +196,13 @@ class Learner:
             raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {c['zero_stage']!r}")
         if c["backend"] == "torch" and c["world_size"] != 1:
             raise ValueError("the torch learner backend runs on one process; use backend='deepspeed' for world_size > 1")
+        if c["offload"] not in OFFLOADS:
+            raise ValueError(f"offload must be one of {OFFLOADS}, got {c['offload']!r}")
+        if c["offload"] != "none" and (c["backend"] != "deepspeed" or c["zero_stage"] == 0):
+            raise ValueError(f"offload={c['offload']!r} is DeepSpeed's ZeRO-Offload: it needs backend='deepspeed' and "
+                             "zero_stage >= 1")
+        if c["offload"] == "optimizer+params" and c["zero_stage"] != 3:
+            raise ValueError("offload='optimizer+params' needs zero_stage=3 (only ZeRO-3 partitions the weights)")
         cuda = torch.cuda.is_available()
         c["dtype"] = c["dtype"] or ("bfloat16" if cuda else "float32")
         if c["dtype"] not in _DTYPES:
@@ -198,7 +229,14 @@ class Learner:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.train()
         self.pad_id = model.config.pad_token_id if model.config.pad_token_id is not None else 0
-        optimizer = torch.optim.AdamW(self._param_groups(model), lr=c["lr"], betas=tuple(c["betas"]))
+        if c["offload"] != "none":
+            # ZeRO-Offload steps the optimiser on the host and refuses a client torch AdamW
+            # there (several times slower); DeepSpeed's CPU Adam is the same AdamW update.
+            from deepspeed.ops.adam import DeepSpeedCPUAdam
+            optimizer = DeepSpeedCPUAdam(self._param_groups(model), lr=c["lr"], betas=tuple(c["betas"]),
+                                         adamw_mode=True)
+        else:
+            optimizer = torch.optim.AdamW(self._param_groups(model), lr=c["lr"], betas=tuple(c["betas"]))
 
         if c["backend"] == "deepspeed":
             import deepspeed
@@ -247,6 +285,13 @@ class Learner:
 
     def _ds_config(self) -> dict:
         c = self.config
+        zero: dict = {"stage": c["zero_stage"]}
+        # Pinned host buffers make the GPU<->host copies asynchronous; on a CPU there is nothing to pin.
+        pin = torch.cuda.is_available()
+        if c["offload"] != "none":
+            zero["offload_optimizer"] = {"device": "cpu", "pin_memory": pin}
+        if c["offload"] == "optimizer+params":
+            zero["offload_param"] = {"device": "cpu", "pin_memory": pin}
         return {
             # Batch sizes are bookkeeping only: update() drives accumulation itself with
             # set_gradient_accumulation_boundary, so the micro-batch count may vary per call.
@@ -254,7 +299,7 @@ class Learner:
             "gradient_accumulation_steps": 1,
             "train_batch_size": self.world_size,
             "gradient_clipping": c["grad_clip"],
-            "zero_optimization": {"stage": c["zero_stage"]},
+            "zero_optimization": zero,
             "bf16": {"enabled": c["dtype"] == "bfloat16"},
             "zero_allow_untested_optimizer": True,
             "steps_per_print": 2**62,
@@ -320,7 +365,8 @@ class Learner:
         lr, seconds, tokens_per_s (all tokens processed), skipped (True: no loss tokens, no step).
         """
         t0 = time.perf_counter()
-        check_samples(samples)
+        if samples or self.world_size == 1:  # a rank of a group may get no sample (fewer samples than ranks)
+            check_samples(samples)
         c = self.config
         objective = objective or c["algorithm"]
         if objective not in OBJECTIVES:
@@ -328,14 +374,14 @@ class Learner:
         groups = micro_batches([len(s["ids"]) for s in samples], c["micro_batch_tokens"])
         tokens = sum(sum(1 for m in s["loss_mask"] if m) for s in samples)
         seqs = sum(1 for s in samples if any(s["loss_mask"]))
-        tokens, seqs = self._all_reduce([float(tokens), float(seqs)])
+        tokens, seqs, n_samples = self._all_reduce([float(tokens), float(seqs), float(len(samples))])
         (n_micro,) = self._all_reduce([float(len(groups))], op="max")
         normaliser = seqs if objective == "gspo" else tokens
         if tokens == 0:
             # Nothing to learn from; an Adam step on zero gradients would still move the
             # weights (momentum, weight decay), so no step is taken. Same on every rank.
             return {"loss": 0.0, "clip_frac": 0.0, "ratio_mean": 1.0, "approx_kl": 0.0, "grad_norm": 0.0,
-                    "num_tokens": 0, "num_samples": len(samples), "num_micro_batches": 0, "step": self.step,
+                    "num_tokens": 0, "num_samples": int(n_samples), "num_micro_batches": 0, "step": self.step,
                     "lr": float(self.optimizer.param_groups[0]["lr"]), "seconds": time.perf_counter() - t0,
                     "tokens_per_s": 0.0, "skipped": True}
         # DeepSpeed averages gradients over ranks; the loss is a sum over the global batch
@@ -344,6 +390,7 @@ class Learner:
 
         totals: dict = {}
         loss_sum = 0.0
+        filler = samples[:1] or [self._filler_sample()]
         for k in range(int(n_micro)):
             last = k == int(n_micro) - 1
             if self.engine is not None:
@@ -354,7 +401,7 @@ class Learner:
             else:
                 # This rank ran out of micro-batches: a zero-loss pass keeps the collective
                 # gathers/reductions of ZeRO in step with the other ranks.
-                loss, _ = self._loss(self._tensors([samples[0]]), normaliser, objective)
+                loss, _ = self._loss(self._tensors(filler), normaliser, objective)
                 loss = loss * 0.0
             loss_sum += float(loss.detach())
             if self.engine is not None:
@@ -365,9 +412,8 @@ class Learner:
         grad_norm = self._optimizer_step(lr)
         self.step += 1
         keys = ("loss_tokens", "clipped", "clip_units", "ratio_sum", "kl_sum")
-        loss_sum, processed, n_samples, *summed = self._all_reduce(
-            [loss_sum, float(sum(len(s["ids"]) for s in samples)), float(len(samples))]
-            + [totals.get(k, 0.0) for k in keys])
+        loss_sum, processed, *summed = self._all_reduce(
+            [loss_sum, float(sum(len(s["ids"]) for s in samples))] + [totals.get(k, 0.0) for k in keys])
         if self.device.type == "cpu":
             release_host_memory()
         seconds = time.perf_counter() - t0
@@ -376,6 +422,12 @@ class Learner:
                 "step": self.step, "lr": float(lr if lr is not None else self.optimizer.param_groups[0]["lr"]),
                 "seconds": seconds, "tokens_per_s": processed / seconds, "skipped": False,
                 "host_rss_gib": psutil.Process().memory_info().rss / 2**30}
+
+    def _filler_sample(self) -> dict:
+        # The input of a rank's zero-loss passes when its shard is empty: any finite loss
+        # times 0 will do, so two pad tokens with one (finite, zero-advantage) loss token.
+        return {"ids": [self.pad_id] * 2, "loss_mask": [0, 1], "behaviour_logprobs": [0.0, 0.0],
+                "token_weight": [1.0, 1.0], "advantage": 0.0}
 
     def _optimizer_step(self, lr: float | None = None) -> float:
         c = self.config
@@ -431,6 +483,12 @@ class Learner:
         to = getattr(torch, dtype) if dtype else None
         return {name: t.to("cpu", dtype=to, copy=True) for name, t in self._full_params()}
 
+    @torch.no_grad()
+    def join_gather(self) -> int:
+        """Take part in another rank's ``get_weights`` / ``export_hf`` under ZeRO-3 (each
+        parameter's gather is collective) without keeping a copy. Returns parameters seen."""
+        return sum(1 for _ in self._full_params())
+
     # ---- broadcast weight sync (rti_actors.weight_sync) ---------------------------------
     def weight_sync_address(self) -> tuple[str, int]:
         return free_address()
@@ -450,9 +508,13 @@ class Learner:
         """Send the full weights to every engine of the weight group (collective under
         ZeRO-3 with world_size > 1: every rank gathers, rank 0 sends). Returns tensors sent."""
         tensors = (t for _, t in self._full_params())
-        if self.rank == 0:
-            send(self._weight_group, self.weight_meta(), tensors, self.device)
-        else:
+        try:
+            if self.rank == 0:
+                send(self._weight_group, self.weight_meta(), tensors, self.device)
+        finally:
+            # Finish the gathers even when a send fails (an engine left the group): under
+            # ZeRO-3 the other ranks are in the same sequence of gathers and would wait in
+            # the next one forever.
             for _ in tensors:
                 pass
         return len(self.weight_meta())
@@ -506,11 +568,13 @@ class Learner:
         """A plain HF folder (weights, config, tokenizer) that transformers and vLLM load."""
         from transformers import AutoTokenizer
 
+        if self.rank != 0:  # only rank 0 writes; the others take part in its ZeRO-3 gathers
+            self.join_gather()
+            return str(path)
         weights = self.get_weights()
-        if self.rank == 0:
-            Path(path).mkdir(parents=True, exist_ok=True)
-            self.module.save_pretrained(path, state_dict=weights)
-            AutoTokenizer.from_pretrained(self.model_path).save_pretrained(path)
+        Path(path).mkdir(parents=True, exist_ok=True)
+        self.module.save_pretrained(path, state_dict=weights)
+        AutoTokenizer.from_pretrained(self.model_path).save_pretrained(path)
         return str(path)
 
 
@@ -526,22 +590,51 @@ def has_advantage(group: list[LearnerSample]) -> bool:
     return any(abs(s["advantage"]) > ZERO_ADVANTAGE for s in group)
 
 
+def pull(queue, max_groups: int, current_version: int, skip_zero_variance: bool) -> tuple[list, dict]:
+    """The samples of up to ``max_groups`` groups from the queue, and the pull's counts.
+
+    With ``skip_zero_variance`` a group whose advantages are all 0 is not sent through the
+    model: it adds nothing to the gradient, only dilutes the other groups' share of the
+    token-mean loss, and on a CPU its forward/backward is most of the step (most groups of
+    a weak policy fail entirely)."""
+    groups = ray.get(queue.get.remote(max_groups, current_version))
+    kept = [g for g in groups if g and (has_advantage(g) or not skip_zero_variance)]
+    return [s for g in kept for s in g], {"num_groups": len(groups), "num_groups_trained": len(kept)}
+
+
+def _skipped(counts: dict) -> dict:
+    return {"skipped": True, **counts, "num_groups_trained": 0, "num_samples": 0}
+
+
 class QueueLearner(Learner):
     def pull_and_update(self, queue, max_groups: int, current_version: int, skip_zero_variance: bool = True) -> dict:
         """Pull up to ``max_groups`` groups (each a list of ``LearnerSample``, already cut out
-        of the trajectories by the driver) and take one optimiser step on them.
-
-        With ``skip_zero_variance`` a group whose advantages are all 0 is not sent through the
-        model: it adds nothing to the gradient, only dilutes the other groups' share of the
-        token-mean loss, and on a CPU its forward/backward is most of the step (most groups of
-        a weak policy fail entirely)."""
-        groups = ray.get(queue.get.remote(max_groups, current_version))
-        kept = [g for g in groups if has_advantage(g)] if skip_zero_variance else groups
-        samples = [s for g in kept for s in g]
+        of the trajectories by the driver) and take one optimiser step on them (``pull``
+        says which groups are skipped). One learner; a group of ranks uses ``pull_shards``."""
+        samples, counts = pull(queue, max_groups, current_version, skip_zero_variance)
         if not samples:
-            return {"skipped": True, "num_groups": len(groups), "num_groups_trained": 0, "num_samples": 0}
+            return _skipped(counts)
         metrics = self.update(samples)
-        metrics.update(num_groups=len(groups), num_groups_trained=len(kept))
+        metrics.update(counts)
+        return metrics
+
+    def pull_shards(self, queue, max_groups: int, current_version: int, skip_zero_variance: bool,
+                    num_shards: int) -> list:
+        """Rank 0 of a group: pull once and split the samples by tokens. Returns the
+        ``num_shards`` shards, then the counts (call with ``num_returns=num_shards + 1``, so
+        each shard goes from here to its rank through the object store, not the driver)."""
+        samples, counts = pull(queue, max_groups, current_version, skip_zero_variance)
+        if samples:
+            check_samples(samples)  # here, once: a rank that failed alone would leave the others in a collective
+        return [*shard_by_tokens(samples, num_shards), counts]
+
+    def update_shard(self, shard: list, counts: dict) -> dict:
+        """Every rank of a group: one step on this rank's shard of a ``pull_shards``. The
+        counts say whether anything was pulled, the same on every rank, so all skip or all step."""
+        if counts["num_groups_trained"] == 0:
+            return _skipped(counts)
+        metrics = self.update(shard)
+        metrics.update(counts)
         return metrics
 
     def ping(self) -> bool:

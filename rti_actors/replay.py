@@ -1,8 +1,11 @@
 """``ReplayQueue``: whole groups tagged with the policy version that produced them.
 
-The learner pulls groups from it. ``max_policy_lag`` bounds staleness: a group produced
-by weights older than ``current_version - max_policy_lag`` is dropped when the learner
-reaches it, and counted, so the metrics say what happened. Lag 0 is strictly on-policy.
+The learner pulls groups from it. A group's version is the oldest weights version any of
+its turns was sampled with (the engines report it per generation). ``max_policy_lag``
+bounds staleness: a group older than ``current_version - max_policy_lag`` is dropped when
+the learner reaches it, and counted. Lag 0 is strictly on-policy; with ``max_policy_lag >= 1``
+the driver samples the next iteration while the learner trains on this one, so its groups
+arrive one version old. ``lag_counts`` says how old the trained groups were.
 """
 
 from __future__ import annotations
@@ -16,25 +19,30 @@ class ReplayQueue:
         self.groups: deque = deque()
         self.capacity = capacity
         self.stats = {"put": 0, "got": 0, "dropped_stale": 0, "dropped_full": 0}
+        self.lag_counts: dict[int, int] = {}
 
-    def put(self, groups: list[list[dict]], version: int) -> int:
-        for g in groups:
+    def put(self, groups: list[list], version: int | list[int]) -> int:
+        """``version``: one for all the groups, or one per group."""
+        versions = version if isinstance(version, list) else [version] * len(groups)
+        if len(versions) != len(groups):
+            raise ValueError(f"put got {len(groups)} groups but {len(versions)} versions")
+        for g, v in zip(groups, versions):
             if len(self.groups) >= self.capacity:
                 self.groups.popleft()
                 self.stats["dropped_full"] += 1
-            self.groups.append((version, g))
+            self.groups.append((v, g))
             self.stats["put"] += 1
         return len(self.groups)
 
-    def get(self, max_groups: int, current_version: int) -> list[list[dict]]:
+    def get(self, max_groups: int, current_version: int) -> list[list]:
         out = []
         while self.groups and len(out) < max_groups:
-            version, g = self.groups[0]
-            if current_version - version > self.max_lag:
-                self.groups.popleft()
+            version, g = self.groups.popleft()
+            lag = current_version - version
+            if lag > self.max_lag:
                 self.stats["dropped_stale"] += 1
                 continue
-            self.groups.popleft()
+            self.lag_counts[lag] = self.lag_counts.get(lag, 0) + 1
             out.append(g)
         self.stats["got"] += len(out)
         return out
@@ -43,4 +51,4 @@ class ReplayQueue:
         return len(self.groups)
 
     def get_stats(self) -> dict:
-        return dict(self.stats, size=len(self.groups))
+        return dict(self.stats, size=len(self.groups), lag_counts=dict(sorted(self.lag_counts.items())))

@@ -51,13 +51,17 @@ class Trajectory:
     logprobs: list[float] = field(default_factory=list)
     token_weight: list[float] = field(default_factory=list)
     turn_spans: list[tuple[int, int]] = field(default_factory=list)
-    policy_version: int = -1  # the oldest weights version any of its turns was sampled with
+    turn_versions: list[int] = field(default_factory=list)  # the engine's weights version per turn
+    policy_version: int = -1  # the oldest of them: what the staleness bound looks at
     # outcome
     reward: float = 0.0
     terminated: bool = False
     truncated: bool = False
     context_truncated: bool = False  # the context filled up: the episode was cut, not finished
     info: dict = field(default_factory=dict)  # the env's final info (reward_breakdown inside)
+    # the environment failed (not the agent): never scored, never grouped, never an RTI trigger
+    infra_error: str = ""
+    infra_retries: int = 0              # fresh-env replays it took (or used up)
     # text
     actions: list[str] = field(default_factory=list)
     messages: list[dict] = field(default_factory=list)

@@ -28,3 +28,19 @@ def tiny_model_path(tmp_path_factory) -> str:
 def tokenizer(tiny_model_path):
     from transformers import AutoTokenizer
     return AutoTokenizer.from_pretrained(tiny_model_path)
+
+
+@pytest.fixture(scope="session")
+def tiny_family_models(tmp_path_factory, tiny_model_path):
+    """``family -> folder`` of a tiny random-weight model of that chat family ("llama" is
+    SmolLM2's, the shared ``tiny_model_path``; "qwen3", "llama3"), each built on first use."""
+    from policies.models import make_tiny_model
+
+    built = {"llama": tiny_model_path}
+
+    def get(family: str) -> str:
+        if family not in built:
+            built[family] = make_tiny_model(tmp_path_factory.mktemp(f"tiny_{family}"), family=family)
+        return built[family]
+
+    return get

@@ -59,7 +59,8 @@ def episode_text(t: Trajectory) -> EpisodeText:
 STAGES = ("groups", "triggered_groups", "candidates", "validator_calls", "validator_unparsable", "validator_found_error",
           "corrector_attempts", "corrector_complete", "corrector_parsed", "verifier_v2_pass", "verifier_v1_pass",
           "verifier_v3_pass", "verifier_unparsable", "verifier_pass", "gate_scored", "gate_pass", "accepted",
-          "accepted_second_fix", "continued", "continuation_success", "replay_errors")
+          "accepted_second_fix", "continued", "continuation_success", "replay_errors", "continuation_infra_errors",
+          "stale_candidates")
 
 
 class Intervention:
@@ -80,7 +81,7 @@ class Intervention:
         self.facts = facts
         self._rr = 0
 
-    def _next(self, providers: list):
+    def _pick(self, providers: list):
         self._rr += 1
         return providers[self._rr % len(providers)]
 
@@ -98,6 +99,10 @@ class Intervention:
             cands += [Candidate(gi, t, episode_text(t), evidence[t.task_id])
                       for t in pool[: self.cfg["max_candidates_per_group"]]]
         c["candidates"] = len(cands)
+        # With asynchronous rollouts a candidate may have been sampled by older weights than
+        # the roles and the gate now run: its gate log-probs are then the current policy's,
+        # not its behaviour policy's. Counted, so a run can tell how often that happened.
+        c["stale_candidates"] = sum(cd.traj.policy_version < version for cd in cands)
 
         # Round 2+ (interventions_per_trajectory > 1): a rescued trajectory that still
         # failed goes through the pipeline again, on steps after its first fix, and the
@@ -126,7 +131,7 @@ class Intervention:
         if not cands:
             return []
         queries = [ValidateQuery(cd.episode, cd.evidence, cd.min_step, self.cfg["max_validator_steps"]) for cd in cands]
-        findings = _call(self._next(self.roles), "validate", queries)
+        findings = _call(self._pick(self.roles), "validate", queries)
         c["validator_calls"] += sum(f.judged for f in findings)
         c["validator_unparsable"] += sum(f.unparsable for f in findings)
         kept = []
@@ -142,7 +147,7 @@ class Intervention:
             return []
         queries = [CorrectQuery(cd.episode, cd.evidence, cd.step, cd.verdict) for cd in cands]
         seeds = [request_seed(self.seed, round_, "corrector", cd.traj.task_id, cd.traj.sample_index) for cd in cands]
-        outs = _call(self._next(self.roles), "correct", queries, self.cfg["corrector_attempts"],
+        outs = _call(self._pick(self.roles), "correct", queries, self.cfg["corrector_attempts"],
                      self.cfg["corrector_temperature"], seeds)
         for cd, attempts in zip(cands, outs):
             cd.attempts = attempts
@@ -179,7 +184,7 @@ class Intervention:
             flat = [(cd, a) for cd in cands for a in cd.attempts]
             queries = [VerifyQuery(cd.episode.history(cd.step), cd.episode.actions[cd.step], a.text, cd.verdict,
                                    cd.episode.language) for cd, a in flat]
-            verdicts = _call(self._next(self.verifiers), "verify", queries)
+            verdicts = _call(self._pick(self.verifiers), "verify", queries)
             for (cd, a), v in zip(flat, verdicts):
                 a.v1, a.v3 = bool(v and v["consistent"]), bool(v and v["plausible"])
             c["verifier_unparsable"] += sum(v is None for v in verdicts)
@@ -259,7 +264,7 @@ class Intervention:
             spec = EpisodeSpec(t.task_id, idx, t.seed, f"{round_}-rti", t.split)
             prefix = TokenBuffer(t.ids[:start], t.loss_mask[:start], t.logprobs[:start], t.token_weight[:start])
             requests.append(Continuation(spec, t.actions[:k], cd.episode.history(k), prefix, t.turn_spans[:k],
-                                         best.ids, best.lp_h, w, version))
+                                         t.turn_versions[:k], best.ids, best.lp_h, w, version))
         n = len(self.runners)
         shards = [(self.runners[i], "continue_from", (requests[i::n], self.sampling)) for i in range(n) if requests[i::n]]
         results: list = [None] * len(requests)
@@ -269,6 +274,9 @@ class Intervention:
         for cd, res, ws in zip(accepted, results, wstats):
             if isinstance(res, ReplayFailure):
                 c["replay_errors"] += 1
+                continue
+            if res.infra_error:  # the env failed during the continuation: not a rollout
+                c["continuation_infra_errors"] += 1
                 continue
             res.intervened, res.group = True, cd.group
             res.source_index = cd.source_index if cd.source_index is not None else cd.traj.sample_index

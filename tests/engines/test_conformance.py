@@ -1,9 +1,12 @@
-"""One conformance suite for both engines (transformers and vLLM), on the tiny model.
+"""One conformance suite for both engines (transformers and vLLM), on each tiny model.
 
-The tiny model's final norm is scaled (``make_tiny_model(logit_scale=8)``) so the best and
-second-best greedy tokens are far apart compared with fp32 rounding differences between
-engines; ``test_greedy_margin_is_decisive`` checks that margin on the very prompts used.
-Tolerance for log-probs across engines and between generate and score: 2e-3 (fp32).
+Every test runs once per chat family's tiny model (``make_tiny_model(family=...)``): SmolLM2's
+Llama, the Qwen3 architecture (per-head q/k norms) and a Llama with Llama 3's special tokens
+added (an odd-sized vocabulary, eos among the added tokens), because each engine must load
+every family the renderer supports. The tiny model's final norm is scaled
+(``make_tiny_model(logit_scale=8)``) so the best and second-best greedy tokens are far apart
+compared with fp32 rounding differences between engines; ``test_greedy_margin_is_decisive``
+checks that margin on the very prompts used. Tolerance for log-probs across engines and between generate and score: 2e-3 (fp32).
 """
 
 import gc
@@ -23,9 +26,14 @@ def _make(kind, path):
     return make_engine(kind, path, **kw)
 
 
+@pytest.fixture(scope="module", params=["llama", "qwen3", "llama3"])
+def model_path(request, tiny_family_models):
+    return tiny_family_models(request.param)
+
+
 @pytest.fixture(scope="module")
-def engines(tiny_model_path):
-    made = {k: _make(k, tiny_model_path) for k in KINDS}
+def engines(model_path):
+    made = {k: _make(k, model_path) for k in KINDS}
     yield made
     made.clear()
     gc.collect()
@@ -125,16 +133,16 @@ def test_prompt_longer_than_context_is_a_clear_error(engines, kind):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_update_weights_matches_fresh_engine(engines, kind, tiny_model_path, tmp_path):
+def test_update_weights_matches_fresh_engine(engines, kind, model_path, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     torch.manual_seed(123)
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.05)
     model.save_pretrained(tmp_path)
-    AutoTokenizer.from_pretrained(tiny_model_path).save_pretrained(tmp_path)
+    AutoTokenizer.from_pretrained(model_path).save_pretrained(tmp_path)
 
     eng = engines[kind]
     sp = SamplingParams(max_tokens=12, temperature=0)

@@ -4,7 +4,7 @@ Reward 1 iff the reply starts with ``env_config["target"]`` (a character the tes
 so that the initial policy hits it now and then). A correct policy-gradient update makes
 the policy concentrate on it within a few iterations; a sign error would do the opposite."""
 
-from envs import Task, ToolEnv, register_env
+from envs import InfrastructureError, Task, Tool, ToolEnv, register_env
 
 
 class FirstLetterEnv(ToolEnv):
@@ -33,8 +33,44 @@ class FirstLetterEnv(ToolEnv):
         return Reply()
 
 
+CALLS = {"backend": 0}  # per process: fresh envs of one runner share it
+
+
+class FailingEnv(ToolEnv):
+    """Task "grader-down": the grader always crashes. Task "flaky": the first reset of the
+    process finds the backend down, the retry works. Task "bug": ``step`` has a bug. Task
+    "ok": a plain one-turn task whose reply always scores 0."""
+
+    DEFAULT_CONFIG = {**ToolEnv.DEFAULT_CONFIG, "max_turns": 1}
+
+    def task_ids(self, split):
+        return ["ok", "grader-down", "flaky", "bug"]
+
+    def load_task(self, task_id):
+        if task_id == "flaky":
+            CALLS["backend"] += 1
+            if CALLS["backend"] == 1:
+                raise InfrastructureError("backend unreachable")
+        lookup = Tool("lookup", "Looks something up.", {"type": "object", "properties": {}}, lambda: "x")
+        return Task(task_id, "You reply.", "Say anything.", [lookup])
+
+    def step(self, action):
+        if self.task.task_id == "bug":
+            raise KeyError("a bug in the env")
+        return super().step(action)
+
+    def compute_reward(self):
+        if self.task.task_id == "grader-down":
+            raise InfrastructureError("the judge did not answer")
+        return 0.0, {"progress": 0.0}
+
+    def reward_evidence(self):
+        return {}
+
+
 def make_first_letter(cfg):
     return FirstLetterEnv(cfg)
 
 
 register_env("FirstLetter-v0", make_first_letter)
+register_env("Failing-v0", FailingEnv)

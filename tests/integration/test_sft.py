@@ -43,13 +43,13 @@ def test_warm_start_raises_success_and_its_checkpoint_loads_into_rl(ray_cluster,
         assert sft["policy_version"] == 1 and ray.get([e.version.remote() for e in algo.engines]) == [1]
         assert after["p@1"] >= 0.7 and before["p@1"] <= 0.2, (before["p@1"], after["p@1"])
         algo.save(tmp_path / "ckpt")
-        weights = ray.get(algo.learner.get_weights.remote())
+        weights = ray.get(algo.learner.get_weights())
     finally:
         algo.stop()
     rl = _config(flat_model, tmp_path, "rl").build()
     try:
         rl.restore(tmp_path / "ckpt")
-        assert_weights_close(weights, ray.get(rl.learner.get_weights.remote()), atol=0)
+        assert_weights_close(weights, ray.get(rl.learner.get_weights()), atol=0)
         assert rl.evaluate()["p@1"] >= 0.7  # the engines serve the warm-started weights
         m = rl.train()
         assert m["num_episodes"] == 8 and m["success_rate"] >= 0.5

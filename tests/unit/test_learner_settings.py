@@ -13,7 +13,7 @@ from rti_actors.learner import DEFAULTS, SAMPLE_KEYS, Learner, LearnerSample, Qu
 from rti_actors.losses import GSPO_CLIP_EPS, gspo_loss
 
 KEYS = {"algorithm", "lr", "weight_decay", "clip_eps", "gspo_clip_eps", "temperature", "zero_stage",
-        "micro_batch_tokens", "grad_clip", "seed", "backend", "dtype"}
+        "micro_batch_tokens", "grad_clip", "seed", "backend", "dtype", "gradient_checkpointing", "offload"}
 
 
 def test_learner_settings_map_the_config():
@@ -24,11 +24,10 @@ def test_learner_settings_map_the_config():
     assert s == {"algorithm": "gspo", "lr": 2e-6, "weight_decay": 0.1, "clip_eps": 0.3,
                  "gspo_clip_eps": (2e-4, 2e-4),  # a float is a symmetric clip
                  "temperature": 0.6, "zero_stage": 2, "micro_batch_tokens": 1024, "grad_clip": 1.0, "seed": 7,
-                 "backend": "torch", "dtype": "float32"}
+                 "backend": "torch", "dtype": "float32", "gradient_checkpointing": False, "offload": "none"}
     # the learner's defaults are the config's, plus process-level keys only
     assert {k: DEFAULTS[k] for k in KEYS} == learner_settings(RTIConfig())
-    assert set(DEFAULTS) - KEYS == {"betas", "gradient_checkpointing", "rank", "world_size", "master_addr",
-                                    "master_port"}
+    assert set(DEFAULTS) - KEYS == {"betas", "rank", "world_size", "master_addr", "master_port"}
 
 
 def test_default_gspo_clip_is_the_papers_and_survives_json():

@@ -62,7 +62,11 @@ def test_replay_queue_staleness():
     q.put([["g1"]], version=1)
     q.put([["g2"]], version=2)
     assert q.get(10, current_version=2) == [["g1"], ["g2"]]
-    assert q.get_stats()["dropped_stale"] == 1
+    assert q.get_stats()["dropped_stale"] == 1 and q.get_stats()["lag_counts"] == {0: 1, 1: 1}
+    q.put([["h0"], ["h1"]], version=[1, 2])  # one version per group: the oldest of its turns
+    assert q.get(10, current_version=3) == [["h1"]] and q.get_stats()["dropped_stale"] == 2
+    with pytest.raises(ValueError, match="versions"):
+        q.put([["x"]], version=[1, 2])
     on_policy = ReplayQueue(0)
     on_policy.put([["a"]], 3)
     assert on_policy.get(5, 3) == [["a"]] and on_policy.get(5, 3) == []
@@ -88,6 +92,10 @@ def test_config_round_trip_and_freeze():
     (lambda c: c.env_runners(num_env_runners=0), "num_env_runners"),
     (lambda c: c.env_runners(num_env_runners=64), "CPUs"),
     (lambda c: c.debugging(log_level="LOUD"), "log_level"),
+    (lambda c: c.fault_tolerance(start_timeout_s=0), "start_timeout_s"),
+    (lambda c: c.fault_tolerance(max_episode_retries=-1), "max_episode_retries"),
+    (lambda c: c.policy(tensor_parallel_size=2), "num_gpus_per_engine=2"),
+    (lambda c: c.policy(tensor_parallel_size=0), "tensor_parallel_size"),
 ])
 def test_bad_configs_fail_with_what_to_change(mutate, needle):
     cfg = mutate(RTIConfig().environment("Navigation-v0"))
@@ -98,3 +106,11 @@ def test_bad_configs_fail_with_what_to_change(mutate, needle):
 def test_missing_environment_is_reported():
     with pytest.raises(ConfigError, match="no environment"):
         RTIConfig().validate(available_cpus=2)
+
+
+def test_gpus_requested_beyond_the_cluster_fail_with_the_count():
+    cfg = (RTIConfig().environment("Navigation-v0").env_runners(num_engines=2, num_gpus_per_engine=4)
+           .learners(num_gpus_per_learner=1))
+    with pytest.raises(ConfigError, match=r"need 9 GPUs \(2 engines x 4 \+ learner 1\) but the cluster has 8"):
+        cfg.validate(available_cpus=64, available_gpus=8)
+    cfg.validate(available_cpus=64, available_gpus=9)

@@ -137,6 +137,7 @@ def test_second_fix_replaces_the_first_and_carries_both(parts):
         a, b = t.corrected_span
         assert any(x != 1.0 for x in t.token_weight[:a])  # the first fix, in the prefix
         assert t.intervened_step >= 1
+        assert len(t.turn_versions) == len(t.turn_spans) == t.num_turns  # one weights version per turn
     for g in out:
         sources = [t.source_index for t in g if t.intervened]
         assert len(sources) == len(set(sources))  # one rescued trajectory per source
