@@ -37,6 +37,7 @@ import torch
 
 from rti_actors.config import ALGORITHMS, OFFLOADS, RTIConfig, gspo_clip_pair, learner_settings
 from rti_actors.losses import add_stats, finish_stats, grpo_loss, gspo_loss, masked_token_logprobs, sft_loss
+from rti_actors.plan import ModelShape, model_state_bytes
 from rti_actors.trajectory import LearnerSample
 from rti_actors.weight_sync import free_address, init_group, send
 
@@ -86,24 +87,13 @@ def estimate_memory_gib(model_path: str, zero_stage: int = 0, dtype: str = "floa
     the optimiser states over ranks, stage 2 also the gradients, stage 3 also the weights.
     The parameter count comes from the config on the meta device (no weights are read).
     """
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig
 
     if dtype not in _DTYPES:
         raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
-    config = AutoConfig.from_pretrained(model_path)
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
-    n = sum(p.numel() for p in model.parameters())  # parameters() skips tied duplicates
+    params = ModelShape.from_hf_config(AutoConfig.from_pretrained(model_path)).params
     width = torch.finfo(_DTYPES[dtype]).bits // 8
-    master = 4 if (width != 4 or zero_stage >= 1) else 0
-    params, grads, optim = n * width, n * width, n * (8 + master)  # Adam: exp_avg, exp_avg_sq
-    if zero_stage >= 1:
-        optim /= world_size
-    if zero_stage >= 2:
-        grads /= world_size
-    if zero_stage >= 3:
-        params /= world_size
-    return (params + grads + optim) / 2**30
+    return sum(model_state_bytes(params, width, zero_stage, world_size)) / 2**30
 
 
 def micro_batches(lengths: list[int], budget: int) -> list[list[int]]:

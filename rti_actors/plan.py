@@ -55,16 +55,25 @@ class ModelShape:
                    head_dim=getattr(c, "head_dim", None) or c.hidden_size // heads, vocab=c.vocab_size)
 
 
-def learner_gib(shape: ModelShape, ranks: int, zero_stage: int, micro_batch_tokens: int,
-                checkpointing: bool, offload: str = "none", loss_fraction: float = 0.25) -> dict:
-    n = shape.params
-    weights, grads, optim = 2.0 * n, 2.0 * n, 12.0 * n  # optim: fp32 master + exp_avg + exp_avg_sq
+def model_state_bytes(params: int, width: int, zero_stage: int, ranks: int = 1) -> tuple[float, float, float]:
+    """Per-rank bytes of (weights, gradients, AdamW states) for ``width``-byte weights: the two
+    fp32 moments, plus an fp32 master copy when the weights are 16-bit or ZeRO holds them;
+    ZeRO stage 1 partitions the optimizer states over ``ranks``, 2 also the gradients, 3 also
+    the weights."""
+    master = 4 if (width != 4 or zero_stage >= 1) else 0
+    weights, grads, optim = float(params * width), float(params * width), float(params * (8 + master))
     if zero_stage >= 1:
         optim /= ranks
     if zero_stage >= 2:
         grads /= ranks
     if zero_stage >= 3:
         weights /= ranks
+    return weights, grads, optim
+
+
+def learner_gib(shape: ModelShape, ranks: int, zero_stage: int, micro_batch_tokens: int,
+                checkpointing: bool, offload: str = "none", loss_fraction: float = 0.25) -> dict:
+    weights, grads, optim = model_state_bytes(shape.params, 2, zero_stage, ranks)
     if "optimizer" in offload:
         optim = 0.0
     if "params" in offload:
