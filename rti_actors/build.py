@@ -25,6 +25,7 @@ import ray
 from envs.openai_client import OpenAIChatClient
 from envs.registry import get_creator
 from policies.chat import ChatRenderer, ChatTemplateError
+from policies.engines import default_dtype
 from policies.models import context_length, load_model
 from rti_actors.config import ConfigError, RTIConfig, learner_settings
 from rti_actors.engine_actor import EngineActor, EnginePool
@@ -137,7 +138,7 @@ def build_graph(config: RTIConfig) -> ActorGraph:
 def _start(c: RTIConfig, model_path: str, renderer, started: list) -> ActorGraph:
     p, r, lc, ft, t = c["policy"], c["env_runners"], c["learners"], c["fault_tolerance"], c["training"]
     # engines: generation and scoring for rollouts, the intervention roles and the gate
-    dtype = p["dtype"] or ("bfloat16" if p["engine"] == "vllm" else "float32")
+    dtype = p["dtype"] or default_dtype(p["engine"], on_gpu=bool(r["num_gpus_per_engine"]))
     engine_kwargs = {"dtype": dtype, "max_model_len": p["max_model_len"], **p["engine_kwargs"]}
     if p["tensor_parallel_size"] > 1:
         engine_kwargs["tensor_parallel_size"] = p["tensor_parallel_size"]

