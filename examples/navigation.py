@@ -118,7 +118,7 @@ def main(argv=None):
     finally:
         algo.stop()
     print(format_table({label: {"Navigation": s} for label, s in rows.items()}))
-    print("mean share of route checks met: " + ", ".join(f"{label} {s.get('mean_checks_met', 0):.2f}"
+    print("mean share of route checks met: " + ", ".join(f"{label} {s.get('mean_progress', 0):.2f}"
                                                          for label, s in rows.items()))
     print(f"run directory: {algo.run_dir}")
 

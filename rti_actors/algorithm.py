@@ -119,12 +119,10 @@ class Algorithm:
             successes.setdefault(tr.task_id, []).append(tr.reward >= 1.0)
         summary = summarize(successes)
         summary["tasks_left_out_infra"] = len(failed_env)
-        # partial credit where the env reports it (Navigation's checks_met): progress that a
-        # 0/1 reward hides, e.g. after a warm start on a weak model
-        partial = [tr.reward_breakdown.get("checks_met") for tr in trajectories]
-        partial = [p for p in partial if isinstance(p, (int, float))]
-        if partial:
-            summary["mean_checks_met"] = float(np.mean(partial))
+        # partial credit (the env contract's progress key): what a 0/1 reward hides, e.g.
+        # after a warm start on a weak model
+        if any("progress" in tr.reward_breakdown for tr in trajectories):
+            summary["mean_progress"] = _mean([tr.progress for tr in trajectories])
         label = method or f"{self.config['training']['algorithm']} (iter {self.iteration})"
         summary["table"] = format_table({label: {env_name: summary}})
         summary["seconds"] = time.perf_counter() - t0
