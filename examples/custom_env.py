@@ -6,6 +6,8 @@ with the right number. Subclass `ToolEnv`, declare tools with JSON schemas, regi
     python examples/custom_env.py                       # CPU quick run (tiny settings)
     python examples/custom_env.py --warmup-sft 10       # SFT on 10 oracle episodes first
     ray job submit --working-dir . -- python examples/custom_env.py --iterations 5
+    python examples/custom_env.py --iterations 20 --checkpoint-every 5   # killed? resume it:
+    python examples/custom_env.py --iterations 20 --checkpoint-every 5 --resume runs/<its run name>
 
 Expect: one line of metrics per iteration (reward, success rate, learner loss), then an
 evaluation table. SmolLM2-135M rarely solves it at first; the point is the wiring.
@@ -17,6 +19,7 @@ from envs import Task, Tool, ToolEnv, format_tool_call, register_env
 from rti_actors import RTIConfig
 from rti_actors.demonstrations import record_agent
 from rti_actors.reporting import progress_line, sft_line
+from rti_actors.resume import add_resume_args, resumable
 
 FACTORS = {("km", "m"): 1000, ("m", "cm"): 100, ("kg", "g"): 1000, ("h", "min"): 60}
 QUESTIONS = [(v, a, b) for v in (2, 3, 5, 7, 12) for (a, b) in FACTORS]
@@ -70,16 +73,23 @@ def main(argv=None):
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--engine", default="vllm", choices=["vllm", "hf"])
     ap.add_argument("--warmup-sft", type=int, default=0, help="SFT on N oracle episodes first")
+    ap.add_argument("--run-dir", default="runs")
+    ap.add_argument("--run-name", default=None)
+    add_resume_args(ap)  # --checkpoint-every N, --resume RUN_DIR
     args = ap.parse_args(argv)
-    algo = (RTIConfig().environment("UnitDesk-v0", env_config={"max_turns": 3})
-            .policy(model=args.model, engine=args.engine, max_new_tokens=64, max_model_len=2048)
-            .env_runners(num_env_runners=2, num_envs_per_env_runner=4)
-            .training(algorithm="grpo", group_size=4, tasks_per_iteration=2)
-            .evaluation(num_samples=2, num_tasks=4).build())
-    if args.warmup_sft:
+    config = (RTIConfig().environment("UnitDesk-v0", env_config={"max_turns": 3})
+              .policy(model=args.model, engine=args.engine, max_new_tokens=64, max_model_len=2048)
+              .env_runners(num_env_runners=2, num_envs_per_env_runner=4)
+              .training(algorithm="grpo", group_size=4, tasks_per_iteration=2)
+              .evaluation(num_samples=2, num_tasks=4)
+              .reporting(run_dir=args.run_dir, run_name=args.run_name))
+    algo = resumable(config, args).build()
+    if args.resume:
+        print(f"resumed at iteration {algo.resume()}")
+    if args.warmup_sft and algo.iteration == 0:
         print(sft_line(algo.pretrain_sft(record_agent("UnitDesk-v0", {}, algo.train_ids[:args.warmup_sft]))))
-    for _ in range(args.iterations):
-        print(progress_line(algo.train()))
+    for _ in range(args.iterations - algo.iteration):
+        print(progress_line(algo.train()), flush=True)
     print(algo.evaluate()["table"])
     algo.stop()
 

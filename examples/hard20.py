@@ -37,6 +37,7 @@ from rti_actors import RTIConfig  # noqa: E402
 from rti_actors.demonstrations import record_agent  # noqa: E402
 from rti_actors.metrics import format_table  # noqa: E402
 from rti_actors.reporting import progress_line, sft_line  # noqa: E402
+from rti_actors.resume import add_resume_args, evaluate_once, resumable  # noqa: E402
 
 
 def env_config(a) -> dict:
@@ -90,6 +91,7 @@ def parse_args(argv=None):
     ap.add_argument("--sft-epochs", type=int, default=2)
     ap.add_argument("--sft-lr", type=float, default=1e-5)
     ap.add_argument("--gpu", action="store_true")
+    add_resume_args(ap)
     ap.add_argument("--quick", action="store_true",
                     help="CPU quick run: 2 iterations of 2 tasks x G=4, short turns, 2 eval rollouts of each held-out task")
     a = ap.parse_args(argv)
@@ -103,8 +105,10 @@ def parse_args(argv=None):
 def main(argv=None):
     a = parse_args(argv)
     t0 = time.time()
-    algo = build_config(a).build()
+    algo = resumable(build_config(a), a).build()
     try:
+        if a.resume:
+            print(f"resumed at iteration {algo.resume()}", flush=True)
         rows = run(algo, a)
     finally:
         algo.stop()
@@ -123,15 +127,16 @@ def oracle_demonstrations(a) -> list[dict]:
 
 
 def run(algo, a):
-    rows = {"base": algo.evaluate(method="base")}
+    rows = {"base": evaluate_once(algo, "base")}
     print(f"base policy evaluated in {rows['base']['seconds']:.0f} s", flush=True)
     if a.warmup_sft:
-        print(sft_line(algo.pretrain_sft(oracle_demonstrations(a))), flush=True)
-        rows["SFT warm start"] = algo.evaluate(method="sft")
-    for _ in range(a.iterations):
+        if algo.iteration == 0:  # a resumed run's checkpoint holds the warm start already
+            print(sft_line(algo.pretrain_sft(oracle_demonstrations(a))), flush=True)
+        rows["SFT warm start"] = evaluate_once(algo, "sft")
+    for _ in range(a.iterations - algo.iteration):
         print(progress_line(algo.train()), flush=True)
     if a.iterations:
-        rows[a.algorithm.upper()] = algo.evaluate(method=a.algorithm.upper())
+        rows[a.algorithm.upper()] = evaluate_once(algo, a.algorithm.upper())
     return rows
 
 

@@ -39,6 +39,7 @@ from rti_actors import RTIConfig  # noqa: E402
 from rti_actors.demonstrations import record_agent  # noqa: E402
 from rti_actors.metrics import format_table  # noqa: E402
 from rti_actors.reporting import progress_line, sft_line  # noqa: E402
+from rti_actors.resume import add_resume_args, evaluate_once, resumable  # noqa: E402
 
 
 def env_config(args) -> dict:
@@ -104,14 +105,17 @@ def main(argv=None):
     ap.add_argument("--export-policy", default=None, metavar="DIR",
                     help="at the end, write the policy as a plain HF folder (loadable with --model DIR)")
     ap.add_argument("--gpu", action="store_true")
+    add_resume_args(ap)
     ap.add_argument("--quick", action="store_true", help="CPU quick run: 2 iterations, 4 tasks x G=8, small eval")
     args = ap.parse_args(argv)
     if args.quick:
         args.iterations, args.tasks_per_iteration, args.eval_tasks, args.eval_samples = 2, 4, 4, 2
         args.max_turns, args.max_new_tokens = 6, 96
 
-    algo = build_config(args).build()
+    algo = resumable(build_config(args), args).build()
     try:
+        if args.resume:
+            print(f"resumed at iteration {algo.resume()}", flush=True)
         rows = run(algo, args)
         if args.export_policy:
             print(f"policy exported to {algo.export_policy(args.export_policy)}")
@@ -137,14 +141,15 @@ def oracle_demonstrations(args) -> list[dict]:
 
 def run(algo, args):
     rec = (lambda name: algo.run_dir / f"eval-{name}.jsonl") if args.record_eval else (lambda name: None)
-    rows = {} if args.no_base_eval else {"base": algo.evaluate(method="base", record_path=rec("base"))}
+    rows = {} if args.no_base_eval else {"base": evaluate_once(algo, "base", record_path=rec("base"))}
     if args.warmup_sft:
-        print(sft_line(algo.pretrain_sft(oracle_demonstrations(args))), flush=True)
-        rows["SFT warm start"] = algo.evaluate(method="sft", record_path=rec("sft"))
-    for _ in range(args.iterations):
+        if algo.iteration == 0:  # a resumed run's checkpoint holds the warm start already
+            print(sft_line(algo.pretrain_sft(oracle_demonstrations(args))), flush=True)
+        rows["SFT warm start"] = evaluate_once(algo, "sft", record_path=rec("sft"))
+    for _ in range(args.iterations - algo.iteration):
         print(progress_line(algo.train()), flush=True)
     if args.iterations:
-        rows[args.algorithm.upper()] = algo.evaluate(method=args.algorithm, record_path=rec(args.algorithm))
+        rows[args.algorithm.upper()] = evaluate_once(algo, args.algorithm, record_path=rec(args.algorithm))
     return rows
 
 

@@ -47,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rti_actors import RTIConfig  # noqa: E402
 from rti_actors.reporting import progress_line  # noqa: E402
+from rti_actors.resume import add_resume_args, evaluate_once, resumable  # noqa: E402
 
 ENVS = {"telecom": "Tau2Telecom-v0", "retail": "Tau2Retail-v0", "airline": "Tau2Airline-v0"}
 
@@ -111,6 +112,7 @@ def parse_args(argv=None):
     ap.add_argument("--run-name", default=None)
     ap.add_argument("--run-dir", default="runs")
     ap.add_argument("--gpu", action="store_true")
+    add_resume_args(ap)
     ap.add_argument("--quick", action="store_true",
                     help="CPU quick run: retail, 1 iteration of 2 tasks x G=2, 4 turns, 2 test tasks x 1 rollout")
     a = ap.parse_args(argv)
@@ -128,8 +130,10 @@ def parse_args(argv=None):
 def main(argv=None):
     a = parse_args(argv)
     t0 = time.time()
-    algo = build_config(a).build()
+    algo = resumable(build_config(a), a).build()
     try:
+        if a.resume:
+            print(f"resumed at iteration {algo.resume()}", flush=True)
         base, final = run(algo, a)
     finally:
         algo.stop()
@@ -142,10 +146,10 @@ def main(argv=None):
 
 def run(algo, a):
     print(f"{ENVS[a.domain]}: {len(algo.train_ids)} training tasks, user={a.user}, algorithm={a.algorithm}", flush=True)
-    base = algo.evaluate(method="base")
-    for _ in range(a.iterations):
+    base = evaluate_once(algo, "base")
+    for _ in range(a.iterations - algo.iteration):
         print(progress_line(algo.train()), flush=True)
-    return base, algo.evaluate(method=a.algorithm.upper())
+    return base, evaluate_once(algo, a.algorithm.upper())
 
 
 if __name__ == "__main__":

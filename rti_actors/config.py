@@ -76,6 +76,9 @@ DEFAULTS: dict[str, dict] = {
     # max_episode_retries: fresh-env replays of an episode whose environment failed.
     "fault_tolerance": {"max_restarts": 2, "max_task_retries": 2, "start_timeout_s": 900.0,
                         "max_episode_retries": 2},
+    # every: save a checkpoint under <run dir>/checkpoints every N iterations (0: never),
+    # keeping the newest `keep`. A crashed learner is rebuilt from the newest one.
+    "checkpointing": {"every": 0, "keep": 2},
     "reporting": {"run_dir": "runs", "run_name": None, "tensorboard": True, "progress_bar": None, "plot": True},
     "debugging": {"seed": 0, "check_drift": False, "log_level": "WARNING"},
 }
@@ -133,6 +136,10 @@ class RTIConfig:
 
     def fault_tolerance(self, **kwargs) -> "RTIConfig":
         return self._set("fault_tolerance", **kwargs)
+
+    def checkpointing(self, **kwargs) -> "RTIConfig":
+        """every: a checkpoint every N training iterations (0: none), keep: how many stay."""
+        return self._set("checkpointing", **kwargs)
 
     def reporting(self, **kwargs) -> "RTIConfig":
         return self._set("reporting", **kwargs)
@@ -232,6 +239,11 @@ class RTIConfig:
         elif lr["weight_sync"] == "broadcast" and bool(lr["num_gpus_per_learner"]) != bool(r["num_gpus_per_engine"]):
             problems.append("weight_sync='broadcast' needs the learner and the engines on the same kind of device "
                             "(both on GPUs: NCCL, or both on CPUs: gloo); use weight_sync='object_store'")
+        elif lr["weight_sync"] == "broadcast" and any(0 < x < 1 for x in (lr["num_gpus_per_learner"],
+                                                                           r["num_gpus_per_engine"])):
+            problems.append("weight_sync='broadcast' with a fraction of a GPU per learner or engine would put two NCCL "
+                            "ranks on one device, which NCCL refuses: give each a whole GPU or use "
+                            "weight_sync='object_store'")
         problems += _intervention_problems(c["interventions"])
         sft = c["sft"]
         if not sft["lr"] > 0:
@@ -269,6 +281,10 @@ class RTIConfig:
                 problems.append(f"fault_tolerance({key}={ft[key]!r}) must be an integer >= 0")
         if not _is_number(ft["start_timeout_s"]) or not ft["start_timeout_s"] > 0:
             problems.append(f"fault_tolerance(start_timeout_s={ft['start_timeout_s']!r}) must be a number > 0")
+        ck = c["checkpointing"]
+        for key, low in (("every", 0), ("keep", 1)):
+            if not isinstance(ck[key], int) or isinstance(ck[key], bool) or ck[key] < low:
+                problems.append(f"checkpointing({key}={ck[key]!r}) must be an integer >= {low}")
         if problems:
             raise ConfigError("invalid RTIConfig:\n  - " + "\n  - ".join(problems))
 

@@ -12,6 +12,10 @@ each cost one batch of eight, not two batches of four. Every prompt carries its 
 the same tokens whatever it is merged with. The engine itself lives on one worker thread:
 calls reach it one at a time, in arrival order, which is what the vLLM engine's scoring
 and the weight updates rely on.
+
+An engine that Ray restarts after a crash loads its model folder again, i.e. version 0.
+Before it serves anything it installs the latest published weights from ``LatestWeights``
+(the driver registers each publish there), so a retried request meets the current policy.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import ray
 
 from policies.engines import SamplingParams, make_engine
 from policies.engines.base import check_prompts
+from rti_actors.faults import Restartable
 from rti_actors.weight_sync import init_group, receive
 
 
@@ -39,13 +44,35 @@ def explicit_seeds(n: int, sampling: dict, seeds: list[int] | None, rng: random.
     return [rng.getrandbits(63) for _ in range(n)]
 
 
-class EngineActor:
-    def __init__(self, kind: str, model_path: str, engine_kwargs: dict, merge_window_s: float = 0.005):
+class LatestWeights(Restartable):
+    """The version and object-store ref of the last published weights (an actor).
+
+    Holding the ref keeps that one copy alive in the object store for restarted engines. A
+    broadcast publish leaves no copy there: then only the version is known, and a restarted
+    engine serves its folder's weights until the driver's version check repairs it."""
+
+    def __init__(self):
+        self.version, self.refs = 0, None
+
+    def set(self, version: int, refs: list | None) -> None:
+        self.version, self.refs = version, refs  # refs: [ObjectRef], wrapped so Ray keeps it a ref
+
+    def get(self) -> tuple[int, list | None]:
+        return self.version, self.refs
+
+
+class EngineActor(Restartable):
+    def __init__(self, kind: str, model_path: str, engine_kwargs: dict, merge_window_s: float = 0.005,
+                 latest: LatestWeights | None = None):
         # The engine is built on its worker thread too: a second thread doing torch work
         # starts a second OpenMP team, and on a small CPU the two teams' spinning threads
         # compete for the same cores and slow generation down noticeably.
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
         self.engine = self._worker.submit(make_engine, kind, model_path, **engine_kwargs).result()
+        if latest is not None:
+            version, refs = ray.get(latest.get.remote())
+            if refs:  # a restart: serve the current policy, not the folder's weights
+                self._worker.submit(self.engine.update_weights, ray.get(refs[0]), version).result()
         self.merge_window_s = merge_window_s
         self._rng = random.Random()
         self._pending: dict[str, tuple] = {}  # repr(params) -> (params, [(prompts, seeds, future)])

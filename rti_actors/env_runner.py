@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 
 from policies.chat import ChatRenderer, TokenBuffer
+from rti_actors.faults import Restartable
 from rti_actors.trajectory import EpisodeSpec, Trajectory
 
 
@@ -91,7 +92,7 @@ class Episode:
             corrected_span=self.corrected_span, infra_error=self.infra_error)
 
 
-class EnvRunner:
+class EnvRunner(Restartable):
     def __init__(self, env_creator, env_config: dict, num_envs: int, model_path: str, policy: dict,
                  engine_pool, runner_index: int = 0, check_drift: bool = False, max_episode_retries: int = 2):
         from transformers import AutoTokenizer

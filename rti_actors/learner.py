@@ -36,6 +36,7 @@ import ray
 import torch
 
 from rti_actors.config import ALGORITHMS, OFFLOADS, RTIConfig, gspo_clip_pair, learner_settings
+from rti_actors.faults import Restartable
 from rti_actors.losses import add_stats, finish_stats, grpo_loss, gspo_loss, masked_token_logprobs, sft_loss
 from rti_actors.plan import ModelShape, model_state_bytes
 from rti_actors.trajectory import LearnerSample
@@ -587,16 +588,17 @@ def pull(queue, max_groups: int, current_version: int, skip_zero_variance: bool)
     model: it adds nothing to the gradient, only dilutes the other groups' share of the
     token-mean loss, and on a CPU its forward/backward is most of the step (most groups of
     a weak policy fail entirely)."""
-    groups = ray.get(queue.get.remote(max_groups, current_version))
+    incarnation, groups = ray.get(queue.get.remote(max_groups, current_version))
     kept = [g for g in groups if g and (has_advantage(g) or not skip_zero_variance)]
-    return [s for g in kept for s in g], {"num_groups": len(groups), "num_groups_trained": len(kept)}
+    return [s for g in kept for s in g], {"num_groups": len(groups), "num_groups_trained": len(kept),
+                                          "queue_incarnation": incarnation}
 
 
 def _skipped(counts: dict) -> dict:
     return {"skipped": True, **counts, "num_groups_trained": 0, "num_samples": 0}
 
 
-class QueueLearner(Learner):
+class QueueLearner(Learner, Restartable):
     def pull_and_update(self, queue, max_groups: int, current_version: int, skip_zero_variance: bool = True) -> dict:
         """Pull up to ``max_groups`` groups (each a list of ``LearnerSample``, already cut out
         of the trajectories by the driver) and take one optimiser step on them (``pull``

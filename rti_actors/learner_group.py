@@ -45,6 +45,7 @@ class LearnerGroup:
 
     def __init__(self, model_path: str, settings: dict, num_learners: int = 1, num_cpus: float = 0.5,
                  num_gpus: float = 0, runtime_env: dict | None = None, start_timeout_s: float = 900.0):
+        self._args = (model_path, settings, num_learners, num_cpus, num_gpus, runtime_env, start_timeout_s)
         n = self.num_learners = int(num_learners)
         if n < 1:
             raise ValueError(f"num_learners must be >= 1, got {num_learners!r}")
@@ -92,6 +93,21 @@ class LearnerGroup:
         if self.placement_group is not None:
             remove_placement_group(self.placement_group)
             self.placement_group = None
+
+    def rebuild(self) -> None:
+        """Kill every rank and start the group again from the model folder. A rank that died
+        takes the process group with it (the others would wait in their next collective),
+        so a crash is recovered by a new group, which the driver then loads a checkpoint into."""
+        self.kill()
+        self._pending = []
+        self.__init__(*self._args)
+        self.ping()
+
+    def result(self, ref):
+        """Wait for an asynchronous call's ref (``pull_and_update``'s) and the other ranks'
+        part of it; a rank that dies raises at once, not after a collective's timeout."""
+        pending, self._pending = self._pending, []
+        return self._wait_all([ref, *pending])
 
     # ---- training ---------------------------------------------------------------------------
     def pull_and_update(self, queue, max_groups: int, current_version: int, skip_zero_variance: bool = True):

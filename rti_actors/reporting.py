@@ -20,7 +20,10 @@ def _scalars(d: dict, prefix: str = "") -> dict[str, float]:
 
 
 class Reporter:
-    CURVES = ("reward_mean", "success_rate", "frac_zero_variance_groups", "learner/loss")
+    # one panel per tuple; RTI's panels appear only in runs that have those metrics
+    PANELS = (("reward_mean",), ("success_rate",), ("frac_zero_variance_groups",), ("learner/loss",),
+              ("pre_intervention_pass_at_G", "pass_at_G"), ("rti/accepted", "rti/continuation_success"),
+              ("rti/mean_ppl_accepted",))
 
     def __init__(self, run_dir: Path, tensorboard: bool = True):
         self.run_dir = Path(run_dir)
@@ -44,6 +47,26 @@ class Reporter:
                 self.writer.add_scalar(f"{kind}/{k}", v, step)
             self.writer.flush()
 
+    def rewind(self, iteration: int) -> None:
+        """A resumed run: keep the records of the iterations up to ``iteration`` (the ones
+        its checkpoint holds) and drop those a killed run logged after it, so the curves
+        and metrics.jsonl show each iteration once."""
+        path = self.run_dir / "metrics.jsonl"
+        records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+        self.history = [r for r in records if r.get("kind") == "sft" or r["step"] <= iteration]  # sft: learner steps
+        tmp = path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(json.dumps(r, default=str) + "\n" for r in self.history))
+        tmp.replace(path)
+
+    def _series(self, train: list[dict]) -> dict[str, list[tuple[int, float]]]:
+        rows = [(r["step"], _scalars(r)) for r in train]
+        return {name: [(step, v[name]) for step, v in rows if name in v] for panel in self.PANELS for name in panel}
+
+    def panels(self) -> list[list[str]]:
+        """The panels ``plot`` draws: the metrics of each that this run has."""
+        series = self._series([r for r in self.history if r["kind"] == "train"])
+        return [p for p in ([n for n in panel if series[n]] for panel in self.PANELS) if p]
+
     def plot(self) -> Path | None:
         train = [r for r in self.history if r["kind"] == "train"]
         if not train:
@@ -52,14 +75,15 @@ class Reporter:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        curves = [(name, [(r["step"], _scalars(r).get(name)) for r in train]) for name in self.CURVES]
-        curves = [(n, [(s, v) for s, v in pts if v is not None]) for n, pts in curves]
-        curves = [(n, pts) for n, pts in curves if pts]
-        fig, axes = plt.subplots(1, len(curves), figsize=(4 * len(curves), 3), squeeze=False)
-        for ax, (name, pts) in zip(axes[0], curves):
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o")
-            ax.set_title(name)
+        series, panels = self._series(train), self.panels()
+        fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3), squeeze=False)
+        for ax, panel in zip(axes[0], panels):
+            for name in panel:
+                ax.plot([p[0] for p in series[name]], [p[1] for p in series[name]], marker="o", label=name)
+            ax.set_title(panel[0] if len(panel) == 1 else " vs ".join(panel), fontsize=9)
             ax.set_xlabel("iteration")
+            if len(panel) > 1:
+                ax.legend(fontsize=7)
         fig.tight_layout()
         path = self.run_dir / "learning_curves.png"
         fig.savefig(path, dpi=80)
@@ -71,16 +95,32 @@ class Reporter:
             self.writer.close()
 
 
+# RTI's funnel in candidates (failed trajectories), stage by stage, as the progress line names it
+FUNNEL = (("candidates", "candidates"), ("validator_found_error", "error found"), ("corrector_parsed", "fix parsed"),
+          ("verifier_pass", "verified"), ("accepted", "gate passed"), ("continuation_success", "rescued"))
+
+
+def rti_funnel(m: dict) -> str:
+    """``triggered 2/2: candidates 8 > error found 3 > ... > rescued 0 (lost at fix parsed)``."""
+    counts = [(label, m.get(f"rti/{key}", 0)) for key, label in FUNNEL]
+    text = f"triggered {m['rti/triggered_groups']}/{m['num_groups']}: " + " > ".join(f"{lb} {n}" for lb, n in counts)
+    lost = next((lb for lb, n in counts if n == 0), None)
+    return text + (f" (lost at {lost})" if lost and m["rti/triggered_groups"] else "")
+
+
 def progress_line(m: dict) -> str:
     """One line per training iteration for scripts: rewards, the groups that could teach,
-    the learner step (or why there was none), RTI's funnel when it ran, and the time."""
+    the learner step (or why there was none), RTI's funnel when it ran, recoveries from
+    crashes, and the time."""
     learn = m["learner"]
     loss = "no update (all groups zero-variance)" if learn.get("skipped") else f"loss {learn['loss']:+.4f}"
-    rti = (f"  rti: triggered {m['rti/triggered_groups']}/{m['num_groups']} accepted {m.get('rti/accepted', 0)} "
-           f"rescued {m.get('rti/continuation_success', 0)}" if "rti/triggered_groups" in m else "")
+    rti = f"  rti: {rti_funnel(m)}" if "rti/triggered_groups" in m else ""
+    faults = {k.split("/", 1)[1]: v for k, v in m.items()
+              if k.startswith(("faults/restarts/", "faults/dead/", "faults/redone/")) and v}
+    crashes = ("  faults (run so far): " + ", ".join(f"{k} {v}" for k, v in faults.items())) if faults else ""
     return (f"iter {m['iteration']:3d}  reward {m['reward_mean']:.3f}  success {m['success_rate']:.3f}  "
             f"all-fail groups {m['frac_all_fail_groups']:.2f}  turns {m['turns_mean']:.1f}  {loss}  "
-            f"{sum(m['seconds'].values()):.0f}s{rti}")
+            f"{sum(m['seconds'].values()):.0f}s{rti}{crashes}")
 
 
 def sft_line(s: dict) -> str:

@@ -16,6 +16,8 @@ import math
 
 import numpy as np
 
+from rti_actors.faults import Restartable
+
 
 def perplexity(logprobs: list[float]) -> float:
     if not logprobs:
@@ -40,7 +42,7 @@ def token_weights(logp_guided: list[float], logp_original: list[float], eps_cal:
     return w.tolist(), stats
 
 
-class PPLGate:
+class PPLGate(Restartable):
     """An async Ray actor: ``await gate.score(context_ids, completion_ids)``."""
 
     def __init__(self, engine_pool, temperature: float, max_batch: int = 16, max_wait_s: float = 0.02):

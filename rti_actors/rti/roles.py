@@ -21,6 +21,7 @@ import re
 from pathlib import Path
 
 from envs.openai_client import OpenAIChatClient
+from rti_actors.faults import Restartable
 from rti_actors.rti.records import Attempt, CorrectQuery, Finding, ValidateQuery, VerifyQuery
 from rti_actors.rti.verdicts import parse_validator, parse_verifier
 
@@ -66,7 +67,7 @@ def tools_text(tools: list[dict]) -> str:
     return "\n".join(json.dumps(t.get("function", t), ensure_ascii=False) for t in tools or [])
 
 
-class RoleActor:
+class RoleActor(Restartable):
     """One actor class plays any role; the driver keeps a few of them and spreads calls.
 
     ``provider`` is an ``EnginePool`` (self / local model) or an ``OpenAIChatClient``.
@@ -173,7 +174,7 @@ class RoleActor:
         return [parse_verifier(g.text) for g in self._generate(texts, 0.0, prefix=VERIFIER_PREFIX)]
 
 
-class RuleRoles:
+class RuleRoles(Restartable):
     """An environment's rule-based Validator and Corrector (``env.rti_rules()``) behind the
     role calls. The rules see the whole episode and the evidence and name the first
     derailing step themselves; their fix is text, tokenised once with the policy's tokenizer."""

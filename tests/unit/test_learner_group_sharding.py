@@ -67,7 +67,7 @@ class _Queue:
         self.groups, self.get = groups, self  # queue.get.remote(...) on a Ray handle
 
     def remote(self, max_groups, current_version):
-        return self.groups[:max_groups]
+        return "incarnation-0", self.groups[:max_groups]
 
 
 class _Rank:
@@ -90,7 +90,7 @@ def test_pull_shards_splits_the_trained_groups_and_every_rank_steps(monkeypatch)
     monkeypatch.setattr(learner_module.ray, "get", lambda ref: ref)
     mixed, flat = _group([1.0, -1.0, 0.5], 10) + _group([0.2], 40), _group([0.0, 0.0], 5)
     *shards, counts = _Rank().pull_shards(_Queue([mixed, flat]), 10, 0, True, 2)
-    assert counts == {"num_groups": 2, "num_groups_trained": 1}
+    assert counts == {"num_groups": 2, "num_groups_trained": 1, "queue_incarnation": "incarnation-0"}
     assert sorted(map(_tokens, shards)) == [30, 40]  # the 40-token sample alone, the three 10s together
     ranks = [_Rank(), _Rank()]
     metrics = [r.update_shard(s, counts) for r, s in zip(ranks, shards)]
@@ -105,7 +105,7 @@ def test_nothing_pulled_means_every_rank_skips(monkeypatch):
     assert shards == [[], [], []]
     ranks = [_Rank() for _ in range(3)]
     assert all(r.update_shard(s, counts) == {"skipped": True, "num_groups": 1, "num_groups_trained": 0,
-                                              "num_samples": 0} for r, s in zip(ranks, shards))
+                                              "num_samples": 0, "queue_incarnation": "incarnation-0"} for r, s in zip(ranks, shards))
     assert all(r.seen == [] for r in ranks)
 
 

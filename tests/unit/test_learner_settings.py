@@ -88,7 +88,7 @@ class _Queue:
         self.get = self  # queue.get.remote(...) on a Ray handle
 
     def remote(self, max_groups, current_version):
-        return self.groups[:max_groups]
+        return "incarnation-0", self.groups[:max_groups]
 
 
 class _Learner:
@@ -124,4 +124,4 @@ def test_pull_and_update_trains_on_sample_groups_and_skips_zero_advantage(monkey
     learner = _Learner()
     m = learner.pull_and_update(_Queue([flat, zeros]), 10, 0)
     assert learner.seen == [] and m == {"skipped": True, "num_groups": 2, "num_groups_trained": 0,
-                                        "num_samples": 0}
+                                        "num_samples": 0, "queue_incarnation": "incarnation-0"}

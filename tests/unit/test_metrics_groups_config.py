@@ -60,16 +60,18 @@ def test_replay_queue_staleness():
     q = ReplayQueue(max_policy_lag=1)
     q.put([["g0"]], version=0)
     q.put([["g1"]], version=1)
-    q.put([["g2"]], version=2)
-    assert q.get(10, current_version=2) == [["g1"], ["g2"]]
+    inc = q.put([["g2"]], version=2)
+    assert q.get(10, current_version=2) == (inc, [["g1"], ["g2"]])
     assert q.get_stats()["dropped_stale"] == 1 and q.get_stats()["lag_counts"] == {0: 1, 1: 1}
     q.put([["h0"], ["h1"]], version=[1, 2])  # one version per group: the oldest of its turns
-    assert q.get(10, current_version=3) == [["h1"]] and q.get_stats()["dropped_stale"] == 2
+    assert q.get(10, current_version=3)[1] == [["h1"]] and q.get_stats()["dropped_stale"] == 2
     with pytest.raises(ValueError, match="versions"):
         q.put([["x"]], version=[1, 2])
     on_policy = ReplayQueue(0)
     on_policy.put([["a"]], 3)
-    assert on_policy.get(5, 3) == [["a"]] and on_policy.get(5, 3) == []
+    assert on_policy.get(5, 3)[1] == [["a"]] and on_policy.get(5, 3)[1] == []
+    on_policy.put([["b"], ["c"]], 3)
+    assert on_policy.clear() == 2 and on_policy.size() == 0
 
 
 def test_config_round_trip_and_freeze():
@@ -114,3 +116,11 @@ def test_gpus_requested_beyond_the_cluster_fail_with_the_count():
     with pytest.raises(ConfigError, match=r"need 9 GPUs \(2 engines x 4 \+ learner 1\) but the cluster has 8"):
         cfg.validate(available_cpus=64, available_gpus=8)
     cfg.validate(available_cpus=64, available_gpus=9)
+
+
+def test_broadcast_on_shared_gpus_is_refused():
+    cfg = (RTIConfig().environment("Navigation-v0")
+           .env_runners(num_gpus_per_engine=0.5).learners(num_gpus_per_learner=0.5, weight_sync="broadcast"))
+    with pytest.raises(ConfigError, match="two NCCL ranks on one device"):
+        cfg.validate(available_gpus=1)
+    cfg.copy().learners(weight_sync="auto").validate(available_gpus=1)  # auto uses the object store there

@@ -1,0 +1,64 @@
+"""Knowing which actors restarted, so that recovery is counted and never silent.
+
+Ray restarts a crashed actor in place (``max_restarts``): its handle stays valid and its
+constructor runs again in a new process. Every actor of the graph mixes in ``Restartable``,
+whose ``incarnation()`` names the process it lives in; ``ActorMonitor`` asks every actor for
+it after each iteration and counts, per actor kind, the ones whose answer changed. What
+the driver redid because of a crash (a rollout chunk re-run, an episode sampled by stale
+weights, a learner step redone) it counts itself; both reach ``metrics["faults/..."]``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+
+import ray
+
+# one per worker process: Ray runs each actor in a process of its own and a restart
+# starts a new one, so a new value means the actor was rebuilt
+_PROCESS = uuid.uuid4().hex
+
+
+class Restartable:
+    """Mixin for actor classes: ``incarnation()`` changes when the actor is restarted."""
+
+    def incarnation(self) -> str:
+        return _PROCESS
+
+
+class ActorMonitor:
+    """``kinds``: {kind: [actor handles]} (e.g. "engine", "env_runner", "learner").
+
+    ``check()`` returns the restarts counted so far per kind, plus the actors that no
+    longer answer (restarts used up) as ``dead/<kind>``."""
+
+    def __init__(self, kinds: dict[str, list], timeout_s: float = 120.0):
+        self.kinds = {k: [a for a in v if a is not None] for k, v in kinds.items()}
+        self.timeout_s = timeout_s
+        self.restarts: Counter = Counter()
+        self._seen: dict[tuple[str, int], str] = {}
+        self.check()  # the incarnations the graph started with
+
+    def replace(self, kind: str, actors: list) -> None:
+        """A kind whose actors the driver rebuilt itself (the learner group)."""
+        self.kinds[kind] = list(actors)
+        for key in [k for k in self._seen if k[0] == kind]:
+            del self._seen[key]
+        self.check()
+
+    def check(self) -> dict[str, int]:
+        calls = [(kind, i, a.incarnation.remote()) for kind, actors in self.kinds.items() for i, a in enumerate(actors)]
+        ray.wait([r for *_, r in calls], num_returns=len(calls), timeout=self.timeout_s)
+        dead: Counter = Counter()
+        for kind, i, ref in calls:
+            try:
+                now = ray.get(ref, timeout=0)
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                dead[kind] += 1
+                continue
+            before = self._seen.get((kind, i))
+            if before is not None and before != now:
+                self.restarts[kind] += 1
+            self._seen[(kind, i)] = now
+        return {**{f"restarts/{k}": self.restarts[k] for k in self.kinds}, **{f"dead/{k}": n for k, n in dead.items()}}

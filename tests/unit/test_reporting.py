@@ -1,0 +1,57 @@
+"""The console line and the run directory's metrics after a resume."""
+
+import json
+
+from rti_actors.reporting import Reporter, progress_line, rti_funnel
+
+
+def _metrics(**extra):
+    return {"iteration": 3, "reward_mean": 0.25, "success_rate": 0.0, "frac_all_fail_groups": 1.0, "turns_mean": 2.0,
+            "seconds": {"sample": 2.0, "learn": 1.0}, "learner": {"loss": 0.5}, "num_groups": 2, **extra}
+
+
+def test_the_rti_funnel_names_the_stage_where_candidates_were_lost():
+    m = _metrics(**{"rti/triggered_groups": 2, "rti/candidates": 8, "rti/validator_found_error": 3,
+                    "rti/corrector_parsed": 2, "rti/verifier_pass": 0})
+    assert rti_funnel(m) == ("triggered 2/2: candidates 8 > error found 3 > fix parsed 2 > verified 0 > "
+                             "gate passed 0 > rescued 0 (lost at verified)")
+    rescued = {f"rti/{k}": 1 for k in ("candidates", "validator_found_error", "corrector_parsed", "verifier_pass",
+                                       "accepted", "continuation_success")}
+    assert "lost at" not in rti_funnel(_metrics(**{"rti/triggered_groups": 1, **rescued}))
+    assert "rti:" not in progress_line(_metrics())  # GRPO: no funnel
+
+
+def test_the_progress_line_reports_recoveries_only_when_there_were_some():
+    assert "faults" not in progress_line(_metrics(**{"faults/restarts/engine": 0, "faults/redone/queue_puts": 0}))
+    line = progress_line(_metrics(**{"faults/restarts/engine": 1, "faults/redone/learner_steps_lost": 2}))
+    assert line.endswith("faults (run so far): restarts/engine 1, redone/learner_steps_lost 2")
+
+
+def test_rewind_keeps_each_iteration_once(tmp_path):
+    rep = Reporter(tmp_path, tensorboard=False)
+    rep.log("eval", 0, {"pass_at_1": 0.0})
+    for step in range(1, 40, 13):
+        rep.log("sft", step, {"loss": 1.0})
+    for it in (1, 2, 3):  # a killed run logged iteration 3 after its last checkpoint (2)
+        rep.log("train", it, {"reward_mean": it})
+    again = Reporter(tmp_path, tensorboard=False)
+    again.rewind(2)
+    again.log("train", 3, {"reward_mean": 30})
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["kind"], r["step"]) for r in rows] == [("eval", 0), ("sft", 1), ("sft", 14), ("sft", 27),
+                                                      ("train", 1), ("train", 2), ("train", 3)]
+    assert rows[-1]["reward_mean"] == 30 and [r["step"] for r in again.history if r["kind"] == "train"] == [1, 2, 3]
+
+
+def test_an_rti_run_gets_rti_panels_and_a_grpo_run_does_not(tmp_path):
+    grpo = Reporter(tmp_path / "grpo", tensorboard=False)
+    rti = Reporter(tmp_path / "rti", tensorboard=False)
+    for it in (1, 2):
+        grpo.log("train", it, _metrics(pass_at_G=0.5))
+        rti.log("train", it, _metrics(pass_at_G=0.5, pre_intervention_pass_at_G=0.0,
+                                      **{"rti/accepted": it, "rti/continuation_success": 1,
+                                         "rti/mean_ppl_accepted": float("nan") if it == 1 else 2.5}))
+    assert grpo.panels() == [["reward_mean"], ["success_rate"], ["learner/loss"], ["pass_at_G"]]
+    assert rti.panels()[-3:] == [["pre_intervention_pass_at_G", "pass_at_G"],
+                                 ["rti/accepted", "rti/continuation_success"], ["rti/mean_ppl_accepted"]]
+    assert rti.plot().is_file() and grpo.plot().is_file()
