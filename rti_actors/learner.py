@@ -28,6 +28,7 @@ import os
 import random
 import socket
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -40,7 +41,7 @@ from rti_actors.faults import Restartable
 from rti_actors.losses import add_stats, finish_stats, grpo_loss, gspo_loss, masked_token_logprobs, sft_loss
 from rti_actors.plan import ModelShape, model_state_bytes
 from rti_actors.trajectory import LearnerSample
-from rti_actors.weight_sync import free_address, init_group, send
+from rti_actors.weight_sync import free_address, host_store, init_group, send
 
 # The run config's learner defaults, taken from RTIConfig() so the two cannot drift apart:
 # algorithm ("rti" trains with the grpo loss), gspo_clip_eps (low, high), temperature (the
@@ -271,6 +272,8 @@ class Learner:
             # Under Ray each actor usually sees exactly one GPU, whatever its rank.
             local = int(os.environ["LOCAL_RANK"])
             torch.cuda.set_device(local if local < torch.cuda.device_count() else 0)
+        if self.rank == 0:  # the group's store, listening on master_addr only (reused by the rendezvous)
+            self._store = host_store(c["master_addr"], port, self.world_size, timedelta(minutes=30))
         import deepspeed
         deepspeed.init_distributed(dist_backend="nccl" if cuda else "gloo", auto_mpi_discovery=False)
 

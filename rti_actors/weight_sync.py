@@ -29,9 +29,20 @@ def free_address() -> tuple[str, int]:
     """This node's IP (as Ray sees it) and a free TCP port on it, for the group's store."""
     import ray
     host = ray.util.get_node_ip_address()
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("", 0))
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
         return host, s.getsockname()[1]
+
+
+def host_store(host: str, port: int, world_size: int, timeout: timedelta):
+    """The master TCPStore of a group, listening on ``host`` only: by itself TCPStore listens
+    on every interface (``::``). ``multi_tenant``: torch's env:// rendezvous on the same port
+    in this process (DeepSpeed's init) reuses this server instead of starting its own."""
+    import torch.distributed as dist
+
+    sock = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET, backlog=1024)
+    return dist.TCPStore(host, port, world_size, True, timeout, wait_for_workers=False, multi_tenant=True,
+                         master_listen_fd=sock.detach())
 
 
 def init_group(host: str, port: int, rank: int, world_size: int, backend: str, timeout_s: float = 300.0):
@@ -39,7 +50,8 @@ def init_group(host: str, port: int, rank: int, world_size: int, backend: str, t
     import torch.distributed as dist
 
     timeout = timedelta(seconds=timeout_s)
-    store = dist.PrefixStore("rti-weight-sync", dist.TCPStore(host, port, world_size, rank == 0, timeout))
+    tcp = host_store(host, port, world_size, timeout) if rank == 0 else dist.TCPStore(host, port, world_size, False, timeout)
+    store = dist.PrefixStore("rti-weight-sync", tcp)
     if backend == "gloo":
         return dist.ProcessGroupGloo(store, rank, world_size, timeout)
     if backend == "nccl":

@@ -12,30 +12,24 @@ ARGS=("$@")
 [ ${#ARGS[@]} -gt 0 ] || ARGS=(--quick)
 # Build the cached model folder once, outside the job, so the job's log shows training.
 python -c "from policies.models import load_model; load_model('smollm2-135m-instruct')" 2>/dev/null
-PORT="${RTI_RAY_PORT:-6390}"; DASH="${RTI_RAY_DASHBOARD_PORT:-8265}"
-# A head of our own, under its own temp dir, so that stopping it touches no other Ray
-# cluster on this machine (`ray stop` would stop them all). Short path: AF_UNIX <= 107 bytes.
+# A head of our own, on loopback only and under its own temp dir, so that stopping it
+# touches no other Ray cluster on this machine (`ray stop` would stop them all): see
+# scripts/ray_head.py. Short path: AF_UNIX <= 107 bytes.
 RAY_TMP=$(mktemp -d /tmp/rtimain.XXXXXX)
-stop_head() {
-    pkill -TERM -f "$RAY_TMP" 2>/dev/null || true
-    sleep 3
-    pkill -KILL -f "$RAY_TMP" 2>/dev/null || true
-    rm -rf "$RAY_TMP"
-}
+trap 'python scripts/ray_head.py stop "$RAY_TMP"' EXIT
 # Ray >= 2.59 enables token authentication on local clusters: use one token for the head
 # and for the job client (created in ~/.ray/auth_token if missing).
 export RAY_AUTH_MODE=token
 ray get-auth-token --generate >/dev/null
-# free ports for the dashboard agent too: another Ray on this machine holds the default 52365
-read -r AGENT AGENT_GRPC < <(python -c "import socket; s=[socket.socket() for _ in range(2)]; [x.bind(('127.0.0.1', 0)) for x in s]; print(*[x.getsockname()[1] for x in s])")
-ray start --head --port="$PORT" --dashboard-host=127.0.0.1 --dashboard-port="$DASH" --num-cpus="$(nproc)" \
-    --dashboard-agent-listen-port="$AGENT" --dashboard-agent-grpc-port="$AGENT_GRPC" \
-    --disable-usage-stats --temp-dir="$RAY_TMP" >/dev/null
-trap stop_head EXIT
+HEAD=(--num-cpus "$(nproc)")  # free ports unless these are set
+[ -z "${RTI_RAY_PORT:-}" ] || HEAD+=(--port "$RTI_RAY_PORT")
+[ -z "${RTI_RAY_DASHBOARD_PORT:-}" ] || HEAD+=(--dashboard-port "$RTI_RAY_DASHBOARD_PORT")
+RAY_ADDRESS=$(python scripts/ray_head.py start "$RAY_TMP" "${HEAD[@]}")
+export RAY_ADDRESS
 # the head's job agent registers a few seconds after `ray start`
-for _ in $(seq 30); do RAY_ADDRESS="http://127.0.0.1:$DASH" ray job list >/dev/null 2>&1 && break; sleep 2; done
+for _ in $(seq 30); do ray job list >/dev/null 2>&1 && break; sleep 2; done
 start=$(date +%s)
-RAY_ADDRESS="http://127.0.0.1:$DASH" ray job submit --working-dir . \
+ray job submit --working-dir . \
     --runtime-env-json="{\"excludes\": [\".venv\", \".cache\", \"runs\", \".git\"], \"env_vars\": {\"RTI_CACHE_DIR\": \"$PWD/.cache\", \"VLLM_CPU_KVCACHE_SPACE\": \"$VLLM_CPU_KVCACHE_SPACE\", \"VLLM_CPU_OMP_THREADS_BIND\": \"$VLLM_CPU_OMP_THREADS_BIND\", \"VLLM_CPU_NUM_OF_RESERVED_CPU\": \"0\", \"TORCH_EXTENSIONS_DIR\": \"$TORCH_EXTENSIONS_DIR\", \"TOKENIZERS_PARALLELISM\": \"false\"}}" \
     -- python "$EXAMPLE" --run-dir "$PWD/runs" "${ARGS[@]}"
 echo "[main job] finished in $(( $(date +%s) - start )) s"

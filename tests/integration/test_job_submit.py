@@ -1,15 +1,21 @@
 """`ray job submit` of an example against a `ray start --head` cluster the test starts."""
 
+import ipaddress
 import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.conftest import REPO
+
+sys.path.insert(0, str(REPO / "scripts"))
+import ray_head  # noqa: E402  (scripts/ray_head.py: how the main job starts and stops its head)
 
 pytestmark = pytest.mark.integration
 
@@ -19,54 +25,62 @@ def _ray(args, env, **kw):
     return subprocess.run([ray_bin, *args], env=env, capture_output=True, text=True, **kw)
 
 
-def _free_ports(n: int) -> list[int]:
-    import socket
+class HeadWatch(threading.Thread):
+    """Polls the processes of the head under ``temp_dir`` while a job runs: which ones there
+    were (pid, start time, name) and every TCP socket they listen on."""
 
-    socks = [socket.socket() for _ in range(n)]
-    for sock in socks:
-        sock.bind(("127.0.0.1", 0))
-    ports = [sock.getsockname()[1] for sock in socks]
-    for sock in socks:
-        sock.close()
-    return ports
+    def __init__(self, temp_dir: str, every_s: float = 2.0):
+        super().__init__(daemon=True)
+        self.temp_dir, self.every_s, self.done = temp_dir, every_s, threading.Event()
+        self.procs: dict[tuple[int, float], str] = {}
+        self.listening: set[tuple[str, str, int]] = set()  # (process name, ip, port)
+
+    def run(self):
+        while not self.done.is_set():
+            self.poll()
+            self.done.wait(self.every_s)
+
+    def poll(self):
+        for p in ray_head.head_processes(self.temp_dir):
+            try:
+                name = " ".join(p.cmdline())[:120]
+                self.procs[(p.pid, p.create_time())] = name
+                self.listening |= {(name, c.laddr.ip, c.laddr.port) for c in p.net_connections("tcp")
+                                   if c.status == psutil.CONN_LISTEN}
+            except psutil.Error:
+                pass
+
+    def alive(self) -> list[str]:
+        out = []
+        for (pid, created), name in self.procs.items():
+            try:
+                if psutil.Process(pid).create_time() == created:
+                    out.append(f"{pid} {name}")
+            except psutil.NoSuchProcess:
+                pass
+        return out
 
 
-def _stop_cluster(temp_dir: str) -> None:
-    """Kill exactly the processes of the cluster started under ``temp_dir`` (``ray stop``
-    would also kill the session cluster the other integration tests share)."""
-    import psutil
-
-    procs = []
-    for p in psutil.process_iter(["cmdline"]):
-        try:
-            if any(temp_dir in part for part in (p.info["cmdline"] or [])):
-                procs.append(p)
-        except psutil.Error:
-            pass
-    for p in procs:
-        p.terminate()
-    _, alive = psutil.wait_procs(procs, timeout=20)
-    for p in alive:
-        p.kill()
-    import shutil
-    shutil.rmtree(temp_dir, ignore_errors=True)
+def _loopback(ip: str) -> bool:
+    addr = ipaddress.ip_address(ip.split("%")[0])
+    return (getattr(addr, "ipv4_mapped", None) or addr).is_loopback
 
 
 def test_ray_job_submit_hard20_main_job(tiny_model_path, tmp_path):
     env = dict(os.environ, RAY_AUTH_MODE="token")
     env.pop("RAY_ADDRESS", None)
     assert _ray(["get-auth-token", "--generate"], env).returncode == 0
-    # its own temp dir, so that stopping it cannot touch the session cluster of the other tests
-    temp_dir = Path(tempfile.mkdtemp(prefix="rtijob", dir="/tmp"))  # short: AF_UNIX paths are <= 107 bytes
-    # free ports for everything that has a fixed default: the session cluster of the other
-    # tests already holds the defaults (its dashboard agent sits on 52365)
-    gcs, dash, agent, agent_grpc = _free_ports(4)
-    start = _ray(["start", "--head", f"--port={gcs}", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}",
-                  f"--dashboard-agent-listen-port={agent}", f"--dashboard-agent-grpc-port={agent_grpc}",
-                  "--num-cpus=4", "--disable-usage-stats", f"--temp-dir={temp_dir}"], env, timeout=120)
-    assert start.returncode == 0, start.stderr
+    # its own temp dir, so that stopping it cannot touch the session cluster of the other
+    # tests; started and stopped as scripts/main_job.sh does
+    temp_dir = tempfile.mkdtemp(prefix="rtijob", dir="/tmp")  # short: AF_UNIX paths are <= 107 bytes
+    head = [sys.executable, str(REPO / "scripts" / "ray_head.py")]
+    watch = HeadWatch(temp_dir)
     try:
-        env["RAY_ADDRESS"] = f"http://127.0.0.1:{dash}"
+        start = subprocess.run([*head, "start", temp_dir, "--num-cpus=4"], env=env, capture_output=True, text=True,
+                               timeout=180)
+        assert start.returncode == 0, start.stderr
+        env["RAY_ADDRESS"] = start.stdout.strip()
+        watch.start()
         runtime_env = ('{"excludes": [".venv", ".cache", "runs", ".git"], "env_vars": {"RTI_CACHE_DIR": "%s"}}'
                        % (REPO / ".cache"))
         for _ in range(12):  # the head's job agent registers a few seconds after `ray start`
@@ -82,8 +96,23 @@ def test_ray_job_submit_hard20_main_job(tiny_model_path, tmp_path):
         assert "iter   1" in job.stdout and "p@1" in job.stdout and "RTI" in job.stdout
         assert "rti: triggered" in job.stdout
         assert (tmp_path / "runs" / "job" / "metrics.jsonl").exists()
+        # engine and learner output goes to the run's log files, not to the job's console
+        logs = tmp_path / "runs" / "job" / "logs"
+        assert list(logs.glob("engine-*.log")) and list(logs.glob("learner-*.log")), list(logs.glob("*"))
+        assert "(EngineActor" not in job.stdout and "(QueueLearner" not in job.stdout, job.stdout[-4000:]
+        watch.poll()
     finally:
-        _stop_cluster(str(temp_dir))
+        watch.done.set()
+        stop = subprocess.run([*head, "stop", temp_dir], env=env, capture_output=True, text=True, timeout=120)
+    assert stop.returncode == 0, stop.stderr
+    # no process of the head outlives the stop: not the agents (re-parented, renamed) nor
+    # the client server (`ray start`'s child); and every one listened on loopback only
+    names = " ".join(watch.procs.values())
+    assert all(k in names for k in ("raylet", "ray::DashboardAgent", "ray::RuntimeEnvAgent", "ray.util.client.server"))
+    assert not watch.alive(), watch.alive()
+    assert not ray_head.head_processes(temp_dir) and not os.path.exists(temp_dir)
+    assert watch.listening
+    assert not [x for x in watch.listening if not _loopback(x[1])], [x for x in watch.listening if not _loopback(x[1])]
 
 
 def test_navigation_example_runs(ray_cluster, tiny_model_path, tmp_path, capsys):
