@@ -44,3 +44,19 @@ def tiny_family_models(tmp_path_factory, tiny_model_path):
         return built[family]
 
     return get
+
+
+def perturbed_model(model_path: str, out_dir, scale: float = 0.05, seed: int = 123):
+    """``model_path``'s weights plus seeded noise, saved (with the tokenizer) in ``out_dir``:
+    the "new policy" that weight updates are checked against. Returns the fp32 model."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * scale)
+    model.save_pretrained(out_dir)
+    AutoTokenizer.from_pretrained(model_path).save_pretrained(out_dir)
+    return model

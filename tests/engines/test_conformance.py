@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from policies.engines import PromptTooLongError, SamplingParams, StaleWeightsError, make_engine, vllm_available
+from tests.conftest import perturbed_model
 
 TOL = 2e-3
 PROMPTS = [[1, 520, 9531, 198, 57], [1, 2683, 359, 253, 5356, 5646, 2, 400, 401], [1, 17, 18, 19]]
@@ -134,15 +135,7 @@ def test_prompt_longer_than_context_is_a_clear_error(engines, kind):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_update_weights_matches_fresh_engine(engines, kind, model_path, tmp_path):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
-    torch.manual_seed(123)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
-    model.save_pretrained(tmp_path)
-    AutoTokenizer.from_pretrained(model_path).save_pretrained(tmp_path)
+    model = perturbed_model(model_path, tmp_path)
 
     eng = engines[kind]
     sp = SamplingParams(max_tokens=12, temperature=0)
@@ -157,7 +150,6 @@ def test_update_weights_matches_fresh_engine(engines, kind, model_path, tmp_path
     with pytest.raises(StaleWeightsError):
         eng.update_weights({}, version=version)
 
-    fresh = engines["hf"] if kind != "hf" else None
     fresh = make_engine("hf", str(tmp_path), dtype="float32", max_model_len=512)
     ref = fresh.generate(PROMPTS, sp)
     assert [g.token_ids for g in after] == [g.token_ids for g in ref]

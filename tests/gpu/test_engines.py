@@ -24,6 +24,7 @@ import pytest
 import torch
 
 from policies.engines import SamplingParams, StaleWeightsError, make_engine, vllm_available
+from tests.conftest import perturbed_model
 from tests.engines.test_conformance import PROMPTS
 from tests.gpu.common import GPU, NUM_GPUS
 from tests.gpu.report import record
@@ -155,16 +156,8 @@ def test_throughput(made):
 
 def test_update_weights_changes_outputs_and_version(made, tiny_model_path, tmp_path):
     """Last in the module: the engine keeps the new weights."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     eng = made.engine
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32)
-    torch.manual_seed(123)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
-    model.save_pretrained(tmp_path)
-    AutoTokenizer.from_pretrained(tiny_model_path).save_pretrained(tmp_path)
+    model = perturbed_model(tiny_model_path, tmp_path)
     weights = {n: p.detach().to(torch.bfloat16).clone() for n, p in model.named_parameters()}
     fresh = make_engine("hf", str(tmp_path), dtype="bfloat16", max_model_len=MAX_LEN)
     sp = SamplingParams(max_tokens=12, temperature=0)
