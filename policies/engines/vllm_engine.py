@@ -6,9 +6,14 @@ Three choices make it agree with the transformers engine token for token:
   * ``score`` uses prompt log-probs, which vLLM computes from the model's logits processor;
     to score at temperature T we set that processor's scale to 1/T for the call (the engine
     serves one call at a time, so no generation sees the change);
-  * weight updates go through ``collective_rpc`` into every worker's ``load_weights``
-    (which also packs q/k/v and gate/up), then the prefix cache is reset so no KV block
-    computed with the old weights is reused.
+  * weight updates reach workers in other processes (tensor parallelism) through vLLM's
+    native weight-transfer protocol (start / update / finish, ``policies.engines.weight_transfer``):
+    every worker reads the tensors from one shared copy and loads them layer by layer
+    (``load_weights`` also packs q/k/v and gate/up). A single worker in this process gets
+    them through ``collective_rpc``, which then passes references, pickles nothing and loads
+    faster than the layerwise reload; that is also the fallback where vLLM lacks the API.
+    Either way the prefix cache is then reset, so no KV block computed with the old weights
+    is reused.
 
 The engine core runs in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``): inside a Ray actor
 that keeps the weights reachable by ``collective_rpc`` without pickling them.
@@ -16,9 +21,40 @@ that keeps the weights reachable by ``collective_rpc`` without pickling them.
 
 from __future__ import annotations
 
+import logging
 import os
+import time
 
 from policies.engines.base import Generation, SamplingParams, check_prompts, check_version, generation_budget
+
+log = logging.getLogger(__name__)
+WEIGHT_TRANSFERS = ("auto", "native", "rpc")
+
+
+def native_supported() -> bool:
+    """Whether the installed vLLM has the weight-transfer API (0.32+): the factory of
+    transports, the worker's start / update / finish (``CPUWorker`` inherits them from the
+    GPU ``Worker``) and the offline ``LLM``'s calls that relay them to every worker."""
+    try:
+        from vllm import LLM
+        from vllm.distributed.weight_transfer import WeightTransferEngineFactory  # noqa: F401
+        from vllm.v1.worker.gpu_worker import Worker
+    except ImportError:
+        return False
+    calls = ("init_weight_transfer_engine", "start_weight_update", "update_weights", "finish_weight_update")
+    return all(hasattr(Worker, c) and hasattr(LLM, c) for c in calls)
+
+
+def resolve_weight_transfer(choice: str, supported: bool, in_process: bool) -> str:
+    """"auto": native where it saves pickling, i.e. for workers outside this process."""
+    if choice not in WEIGHT_TRANSFERS:
+        raise ValueError(f"weight_transfer={choice!r}: choose one of {list(WEIGHT_TRANSFERS)}")
+    if choice == "native" and not supported:
+        raise ValueError("weight_transfer='native' needs vLLM's weight-transfer API (vLLM >= 0.32); "
+                         "use weight_transfer='rpc'")
+    if choice == "auto":
+        return "native" if supported and not in_process else "rpc"
+    return choice
 
 
 def _load_weights(worker, weights):
@@ -62,6 +98,10 @@ def _set_logit_scale(worker, scale: float):
     return scale
 
 
+def _pid(worker) -> int:
+    return os.getpid()
+
+
 def _set_seed(worker, seed: int):
     import torch
     torch.manual_seed(seed)
@@ -72,7 +112,11 @@ class VLLMEngine:
     """Implements ``generate`` / ``score`` / ``update_weights`` with vLLM's offline ``LLM``."""
 
     def __init__(self, model_path: str, dtype: str = "bfloat16", max_model_len: int = 4096, seed: int = 0,
-                 gpu_memory_utilization: float | None = None, enforce_eager: bool = True, **llm_kwargs):
+                 gpu_memory_utilization: float | None = None, enforce_eager: bool = True,
+                 weight_transfer: str = "auto", **llm_kwargs):
+        """``weight_transfer``: "native" (vLLM's protocol over ``weight_transfer``'s shared-memory
+        transport), "rpc" (``collective_rpc``: a pickled copy per worker in another process)
+        or "auto" (native for workers in other processes, where vLLM has the API)."""
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         import torch
@@ -91,12 +135,31 @@ class VLLMEngine:
             # which CPU generators do not support. Schedule whole prompts only.
             llm_kwargs.setdefault("enable_chunked_prefill", False)
             llm_kwargs.setdefault("max_num_batched_tokens", max(max_model_len, 8192))
+        supported = native_supported()
+        resolve_weight_transfer(weight_transfer, supported, in_process=False)  # a bad choice fails before loading
+        if supported and weight_transfer != "rpc":
+            from vllm.config.weight_transfer import WeightTransferConfig
+
+            from policies.engines import weight_transfer as wt
+            llm_kwargs["weight_transfer_config"] = WeightTransferConfig(backend=wt.BACKEND)
+            llm_kwargs.setdefault("worker_extension_cls", wt.EXTENSION)
         self.llm = LLM(model=model_path, dtype=dtype, max_model_len=max_model_len, seed=seed,
                        gpu_memory_utilization=gpu_memory_utilization, enforce_eager=enforce_eager,
                        logprobs_mode="processed_logprobs", enable_prefix_caching=True, **llm_kwargs)
         self.max_model_len = max_model_len
         self.version = 0
         self.seed = seed
+        self.last_publish: dict = {}  # seconds, bytes and transfer of the latest update_weights
+        self._sender = None
+        # a worker in this very process (one worker, engine core in-process) pickles nothing
+        # through collective_rpc either: "auto" keeps that path for it
+        in_process = set(self.llm.collective_rpc(_pid)) == {os.getpid()}
+        self.weight_transfer = resolve_weight_transfer(weight_transfer, supported, in_process)
+        if self.weight_transfer == "native":
+            from vllm.distributed.weight_transfer import WeightTransferTrainerFactory
+
+            self._sender = WeightTransferTrainerFactory.trainer_init(
+                wt.ShmTrainerInitInfo(rank=0, in_process=in_process), client=wt.LLMClient(self.llm))
 
     def _params(self, sampling: SamplingParams, budget: int, seed: int | None):
         from vllm import SamplingParams as VSP
@@ -147,8 +210,15 @@ class VLLMEngine:
 
     def update_weights(self, named_tensors, version: int) -> int:
         check_version(self.version, version)
+        t0 = time.perf_counter()
         items = list(named_tensors.items() if isinstance(named_tensors, dict) else named_tensors)
-        self.llm.collective_rpc(_load_weights, args=(items,))
+        if self._sender is not None:
+            self._sender.send_weights(items, weight_version=str(version))
+        else:
+            self.llm.collective_rpc(_load_weights, args=(items,))
         self.llm.reset_prefix_cache()
         self.version = version
+        self.last_publish = {"version": version, "seconds": time.perf_counter() - t0, "transfer": self.weight_transfer,
+                             "bytes": sum(t.numel() * t.element_size() for _, t in items)}
+        log.info("weights v%d installed in %.3f s (%s)", version, self.last_publish["seconds"], self.weight_transfer)
         return self.version
