@@ -50,6 +50,20 @@ def _kill_during_rollouts(engine, victim) -> threading.Thread:
     return thread
 
 
+def _restart(actor) -> None:
+    """Kill ``actor`` and return once Ray has restarted it (its incarnation changed): a call
+    sent right after ``ray.kill`` could still reach the old process."""
+    before = ray.get(actor.incarnation.remote())
+    ray.kill(actor, no_restart=False)
+    while True:
+        try:
+            if ray.get(actor.incarnation.remote(), timeout=60) != before:
+                return
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            pass
+        time.sleep(0.1)
+
+
 def _once(obj, name: str, before=None, after=None):
     """Replace ``obj.name`` for one call: ``before()`` runs first, ``after(result)`` last."""
     original = getattr(obj, name)
@@ -83,7 +97,7 @@ def test_every_actor_kind_crashes_mid_iteration_and_nothing_is_lost(ray_cluster,
         got = [algo.train()]
         # 2: an env runner dies while sampling; the replay queue dies between the put and the pull
         killer = _kill_during_rollouts(engine, algo.runners[0])
-        _once(algo.learner, "pull_and_update", before=lambda: ray.kill(algo.queue, no_restart=False))
+        _once(algo.learner, "pull_and_update", before=lambda: _restart(algo.queue))
         got.append(algo.train())
         killer.join(timeout=60)
         # 3: the engine dies while serving rollouts with version-2 weights
