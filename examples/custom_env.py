@@ -19,7 +19,7 @@ from envs import Task, Tool, ToolEnv, format_tool_call, register_env
 from rti_actors import RTIConfig
 from rti_actors.demonstrations import record_agent
 from rti_actors.reporting import progress_line, sft_line
-from rti_actors.resume import add_resume_args, resumable
+from rti_actors.resume import add_resume_args, build_resumable
 
 FACTORS = {("km", "m"): 1000, ("m", "cm"): 100, ("kg", "g"): 1000, ("h", "min"): 60}
 QUESTIONS = [(v, a, b) for v in (2, 3, 5, 7, 12) for (a, b) in FACTORS]
@@ -83,9 +83,7 @@ def main(argv=None):
               .training(algorithm="grpo", group_size=4, tasks_per_iteration=2)
               .evaluation(num_samples=2, num_tasks=4)
               .reporting(run_dir=args.run_dir, run_name=args.run_name))
-    algo = resumable(config, args).build()
-    if args.resume:
-        print(f"resumed at iteration {algo.resume()}")
+    algo = build_resumable(config, args)
     if args.warmup_sft and algo.iteration == 0:
         print(sft_line(algo.pretrain_sft(record_agent("UnitDesk-v0", {}, algo.train_ids[:args.warmup_sft]))))
     for _ in range(args.iterations - algo.iteration):

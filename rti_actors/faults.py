@@ -20,6 +20,13 @@ import ray
 _PROCESS = uuid.uuid4().hex
 
 
+def died(err: BaseException) -> bool:
+    """Whether ``err`` says the actor called is dead or restarting, rather than that the call
+    itself raised: Ray makes a task's exception an instance of its cause's class too, so a
+    call that failed because *another* actor died also looks like a ``RayActorError``."""
+    return isinstance(err, ray.exceptions.RayActorError) and not isinstance(err, ray.exceptions.RayTaskError)
+
+
 class Restartable:
     """Mixin for actor classes: ``incarnation()`` changes when the actor is restarted."""
 

@@ -7,8 +7,8 @@ engine and learner process writes its output to ``<run dir>/logs/<kind>-<pid>.lo
 instead (warnings and errors included); the driver's console keeps its own lines.
 
 The redirect is done at the start of the actor's worker process, before any library is
-imported, by Ray's worker setup hook: ``threads_env`` (rti_actors.build) adds
-``actor_env_vars(kind)`` to the runtime_env of those actors.
+imported, by Ray's worker setup hook: the build adds ``actor_env_vars(kind, log_dir)`` to the
+runtime_env of those actors.
 """
 
 from __future__ import annotations
@@ -16,8 +16,6 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import time
-import weakref
 from pathlib import Path
 
 LOG_DIR_ENV = "RTI_ACTOR_LOG_DIR"
@@ -28,37 +26,18 @@ LOG_NAME_ENV = "RTI_ACTOR_LOG_NAME"
 # cluster it did not start cannot change.
 RAY_SETUP_HOOK_ENV = "__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR"
 
-_log_dir: str | None = None
-_run_dirs: dict[int, tuple[weakref.ref, Path]] = {}
+def actor_log_dir(run_dir: Path, log_level: str) -> Path | None:
+    """Where engine and learner output goes: ``<run dir>/logs``, or None (the console)
+    when ``log_level`` is INFO or lower."""
+    return None if logging.getLevelName(log_level) <= logging.INFO else Path(run_dir) / "logs"
 
 
-def run_dir(config) -> Path:
-    """The run's folder: reporting(run_dir) / (run_name or a time stamp). Chosen once per
-    config object, so the build (which puts the actors' logs there) and the Algorithm
-    (metrics, checkpoints) name the same folder."""
-    hit = _run_dirs.get(id(config))
-    if hit is not None and hit[0]() is config:
-        return hit[1]
-    rep = config["reporting"]
-    name = rep["run_name"] or time.strftime("%Y%m%d-%H%M%S") + f"-{config['training']['algorithm']}"
-    path = Path(rep["run_dir"]).expanduser().resolve() / name
-    _run_dirs[id(config)] = (weakref.ref(config), path)
-    return path
-
-
-def capture_actor_output(log_dir: str | os.PathLike | None, log_level: str = "WARNING") -> None:
-    """Send the output of the actors made from now on (by ``actor_env_vars``) to ``log_dir``;
-    ``None``, or a ``log_level`` of INFO or lower, leaves it on the driver's console."""
-    global _log_dir
-    verbose = logging.getLevelName(log_level) <= logging.INFO
-    _log_dir = None if log_dir is None or verbose else str(log_dir)
-
-
-def actor_env_vars(kind: str) -> dict[str, str]:
-    """The env_vars that make an actor of ``kind`` ("engine", "learner") log to a file."""
-    if _log_dir is None:
+def actor_env_vars(kind: str, log_dir: Path | None) -> dict[str, str]:
+    """The env_vars that make an actor of ``kind`` ("engine", "learner") log to a file in
+    ``log_dir`` (none when it is None)."""
+    if log_dir is None:
         return {}
-    return {LOG_DIR_ENV: _log_dir, LOG_NAME_ENV: kind, RAY_SETUP_HOOK_ENV: f"{__name__}.redirect_output"}
+    return {LOG_DIR_ENV: str(log_dir), LOG_NAME_ENV: kind, RAY_SETUP_HOOK_ENV: f"{__name__}.redirect_output"}
 
 
 def redirect_output() -> None:

@@ -58,31 +58,37 @@ class Reporter:
         tmp.write_text("".join(json.dumps(r, default=str) + "\n" for r in self.history))
         tmp.replace(path)
 
-    def _series(self, train: list[dict]) -> dict[str, list[tuple[int, float]]]:
-        rows = [(r["step"], _scalars(r)) for r in train]
-        return {name: [(step, v[name]) for step, v in rows if name in v] for panel in self.PANELS for name in panel}
+    def curves(self) -> dict[str, list[tuple[int, float]]]:
+        """What ``plot`` draws: {panel metrics joined by " vs ": {metric: [(iteration, value)]}},
+        only the metrics of each panel that this run has."""
+        rows = [(r["step"], _scalars(r)) for r in self.history if r["kind"] == "train"]
+        out = {}
+        for panel in self.PANELS:
+            series = {n: [(step, v[n]) for step, v in rows if n in v] for n in panel}
+            series = {n: pts for n, pts in series.items() if pts}
+            if series:
+                out[" vs ".join(series)] = series
+        return out
 
     def panels(self) -> list[list[str]]:
-        """The panels ``plot`` draws: the metrics of each that this run has."""
-        series = self._series([r for r in self.history if r["kind"] == "train"])
-        return [p for p in ([n for n in panel if series[n]] for panel in self.PANELS) if p]
+        """The metrics of each panel ``plot`` draws."""
+        return [list(series) for series in self.curves().values()]
 
     def plot(self) -> Path | None:
-        train = [r for r in self.history if r["kind"] == "train"]
-        if not train:
+        panels = self.curves()
+        if not panels:
             return None
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        series, panels = self._series(train), self.panels()
         fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3), squeeze=False)
-        for ax, panel in zip(axes[0], panels):
-            for name in panel:
-                ax.plot([p[0] for p in series[name]], [p[1] for p in series[name]], marker="o", label=name)
-            ax.set_title(panel[0] if len(panel) == 1 else " vs ".join(panel), fontsize=9)
+        for ax, (title, series) in zip(axes[0], panels.items()):
+            for name, pts in series.items():
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)
+            ax.set_title(title, fontsize=9)
             ax.set_xlabel("iteration")
-            if len(panel) > 1:
+            if len(series) > 1:
                 ax.legend(fontsize=7)
         fig.tight_layout()
         path = self.run_dir / "learning_curves.png"

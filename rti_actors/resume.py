@@ -6,8 +6,7 @@ from its newest periodic checkpoint, trains only the iterations still missing, a
 the evaluations already recorded in ``evaluations.json`` (a base evaluation is not redone).
 
     ap = argparse.ArgumentParser(); add_resume_args(ap); args = ap.parse_args()
-    algo = resumable(build_config(args), args).build()
-    algo.resume() if args.resume else None
+    algo = build_resumable(build_config(args), args)
     base = evaluate_once(algo, "base")
     for _ in range(args.iterations - algo.iteration):
         algo.train()
@@ -29,15 +28,23 @@ def add_resume_args(ap) -> None:
                     help="continue the run in RUN_DIR from its newest checkpoint (same command otherwise)")
 
 
-def resumable(config, args):
-    """``config`` with the args' checkpointing, writing into the resumed run's directory."""
+def build_resumable(config, args):
+    """``config`` with the args' checkpointing, built; with ``--resume`` it writes into that
+    run's directory and continues from its newest checkpoint."""
     config = config.checkpointing(every=args.checkpoint_every, keep=args.checkpoint_keep)
     if args.resume:
         run = Path(args.resume).expanduser().resolve()
         if not run.is_dir():
             raise SystemExit(f"--resume {args.resume}: no such run directory")
         config = config.reporting(run_dir=str(run.parent), run_name=run.name)
-    return config
+    algo = config.build()
+    if args.resume:
+        try:
+            print(f"resumed at iteration {algo.resume()}", flush=True)
+        except BaseException:
+            algo.stop()
+            raise
+    return algo
 
 
 def evaluate_once(algo, label: str, **kwargs) -> dict:

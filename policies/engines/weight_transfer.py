@@ -19,6 +19,7 @@ layer's post-load processing (on CPU: the oneDNN weight packing).
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 import uuid
@@ -114,16 +115,9 @@ def read(info: ShmUpdateInfo) -> list[tuple[str, torch.Tensor]]:
     out = []
     for name, dtype, shape, off in zip(info.names, info.dtype_names, info.shapes, info.offsets):
         dt = getattr(torch, dtype)
-        n = _numel(shape) * torch.empty((), dtype=dt).element_size()
+        n = math.prod(shape) * torch.empty((), dtype=dt).element_size()
         out.append((name, buf[off:off + n].view(dt).view(shape)))
     return out
-
-
-def _numel(shape) -> int:
-    n = 1
-    for s in shape:
-        n *= int(s)
-    return n
 
 
 class ShmWeightTransferEngine(WeightTransferEngine[ShmInitInfo, ShmUpdateInfo]):

@@ -133,6 +133,19 @@ def test_prompt_longer_than_context_is_a_clear_error(engines, kind):
         engines[kind].score([[1] * 500], [[2] * 100])
 
 
+def assert_installed(eng, version: int, before: list, sp) -> list:
+    """After ``update_weights(..., version)``: the engine and each new generation carry the
+    version, greedy outputs changed from ``before``, and the same version again is refused.
+    Returns the new generations."""
+    assert eng.version == version
+    after = eng.generate(PROMPTS, sp)
+    assert all(g.version == version for g in after)
+    assert [g.token_ids for g in after] != [g.token_ids for g in before]
+    with pytest.raises(StaleWeightsError):
+        eng.update_weights({}, version=version)
+    return after
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_update_weights_matches_fresh_engine(engines, kind, model_path, tmp_path):
     model = perturbed_model(model_path, tmp_path)
@@ -142,13 +155,7 @@ def test_update_weights_matches_fresh_engine(engines, kind, model_path, tmp_path
     before = eng.generate(PROMPTS, sp)
     version = eng.version + 1
     eng.update_weights({n: p.detach().clone() for n, p in model.named_parameters()}, version=version)
-    assert eng.version == version
-    after = eng.generate(PROMPTS, sp)
-    assert all(g.version == version for g in after)
-    assert [g.token_ids for g in after] != [g.token_ids for g in before]
-
-    with pytest.raises(StaleWeightsError):
-        eng.update_weights({}, version=version)
+    after = assert_installed(eng, version, before, sp)
 
     fresh = make_engine("hf", str(tmp_path), dtype="float32", max_model_len=512)
     ref = fresh.generate(PROMPTS, sp)

@@ -23,9 +23,9 @@ import time
 import pytest
 import torch
 
-from policies.engines import SamplingParams, StaleWeightsError, make_engine, vllm_available
+from policies.engines import SamplingParams, make_engine, vllm_available
 from tests.conftest import perturbed_model
-from tests.engines.test_conformance import PROMPTS
+from tests.engines.test_conformance import PROMPTS, assert_installed
 from tests.gpu.common import GPU, NUM_GPUS
 from tests.gpu.report import record
 
@@ -171,12 +171,7 @@ def test_update_weights_changes_outputs_and_version(made, tiny_model_path, tmp_p
     t0 = time.perf_counter()
     assert eng.update_weights(weights, version=version) == version
     publish_s = time.perf_counter() - t0
-    assert eng.version == version
-    after = eng.generate(PROMPTS, sp)
-    assert all(g.version == version for g in after)
-    assert [g.token_ids for g in after] != [g.token_ids for g in before]
-    with pytest.raises(StaleWeightsError):
-        eng.update_weights({}, version=version)
+    after = assert_installed(eng, version, before, sp)
     _, new_mean = _diffs(eng.score(PROMPTS, comps, 0.8), want)
     _, old_mean = _diffs(old_scores, want)
     last = getattr(eng, "last_publish", {}) or {}

@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from rti_actors import RTIConfig  # noqa: E402
 from rti_actors.reporting import progress_line  # noqa: E402
-from rti_actors.resume import add_resume_args, resumable  # noqa: E402
+from rti_actors.resume import add_resume_args, build_resumable  # noqa: E402
 from tests.integration import learnable_env  # noqa: E402, F401  (registers FirstLetter-v0)
 
 
@@ -31,9 +31,7 @@ def main():
               .training(algorithm="grpo", group_size=4, tasks_per_iteration=2, lr=1e-3, skip_zero_variance_groups=False)
               .learners(backend="deepspeed", zero_stage=0)
               .reporting(run_dir=a.run_dir, run_name=a.name, tensorboard=False, plot=False))
-    algo = resumable(config, a).build()
-    if a.resume:
-        print(f"resumed at iteration {algo.resume()}", flush=True)
+    algo = build_resumable(config, a)
     for _ in range(a.iterations - algo.iteration):
         print(progress_line(algo.train()), flush=True)
     algo.stop()
