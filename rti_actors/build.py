@@ -27,6 +27,7 @@ from envs.registry import get_creator
 from policies.chat import ChatRenderer, ChatTemplateError
 from policies.engines import default_dtype
 from policies.models import context_length, load_model
+from rti_actors.cluster import check_custom_resources, check_shared_paths, cluster_resources
 from rti_actors.config import ConfigError, RTIConfig, learner_settings
 from rti_actors.engine_actor import EngineActor, EnginePool, LatestWeights
 from rti_actors.engine_chat import EngineChat
@@ -85,34 +86,6 @@ def rollout_sampling(policy: dict, temperature: float | None = None) -> dict:
             "temperature": policy["temperature"] if temperature is None else temperature}
 
 
-def cluster_resources(log_level: str = "WARNING") -> tuple[float, float]:
-    """(CPUs, GPUs) of the cluster. Connects to the cluster of a `ray job submit` (or
-    RAY_ADDRESS, or the one `ray start` left on this machine), else starts a local one, on
-    loopback only, whose workers inherit this process's environment (VLLM_*,
-    TORCH_EXTENSIONS_DIR)."""
-    if not ray.is_initialized():
-        from ray._private import ray_constants, services
-
-        if services.canonicalize_bootstrap_address(None) is not None:  # a cluster to join
-            ray.init(ignore_reinit_error=True, logging_level=log_level)
-        else:
-            # Ray rewrites a 127.0.0.1 node address to the host's IP unless its single-machine
-            # switch is off (as on macOS), here (ray is imported already) and in the head's
-            # processes (environment); restored after, for a later connection to a cluster.
-            saved = os.environ.get(ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR), ray_constants.ENABLE_RAY_CLUSTER
-            os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR], ray_constants.ENABLE_RAY_CLUSTER = "0", False
-            try:
-                ray.init(logging_level=log_level, _node_ip_address="127.0.0.1", include_dashboard=False)
-            finally:
-                ray_constants.ENABLE_RAY_CLUSTER = saved[1]
-                if saved[0] is None:
-                    os.environ.pop(ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR)
-                else:
-                    os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR] = saved[0]
-    res = ray.cluster_resources()
-    return float(res.get("CPU", 0)), float(res.get("GPU", 0))
-
-
 def await_started(actors: dict[str, object], timeout_s: float) -> None:
     """Ping every actor ({name: handle}); an actor that fails to start raises its error, one
     that does not answer within ``timeout_s`` (it cannot be scheduled: too few GPUs or CPUs
@@ -134,8 +107,9 @@ def build_graph(config: RTIConfig, run_dir: str | os.PathLike) -> ActorGraph:
     learners write their output under ``run_dir``/logs (``rti_actors.logs``)."""
     c = config
     log.setLevel(c["debugging"]["log_level"])
-    cpus, gpus = cluster_resources(c["debugging"]["log_level"])
-    c.validate(available_cpus=cpus, available_gpus=gpus)
+    res = cluster_resources(c["debugging"]["log_level"])
+    c.validate(available_cpus=res.get("CPU", 0.0), available_gpus=res.get("GPU", 0.0))
+    check_custom_resources(c, res)
     p = c["policy"]
     try:
         model_path = load_model(p["model"])
@@ -149,6 +123,7 @@ def build_graph(config: RTIConfig, run_dir: str | os.PathLike) -> ActorGraph:
     _check_tensor_parallel(model_path, p["tensor_parallel_size"])
     renderer = _renderer(model_path, p)
     _check_memory(c, model_path)
+    check_shared_paths(model_path, Path(run_dir))
     started: list = []
     try:
         graph = _start(c, model_path, renderer, started, actor_log_dir(Path(run_dir), c["debugging"]["log_level"]))
@@ -174,7 +149,8 @@ def _start(c: RTIConfig, model_path: str, renderer, started: list, log_dir: Path
     latest = ray.remote(LatestWeights).options(num_cpus=0, **restarts).remote()
     started.append(latest)
     engine_cls = ray.remote(EngineActor).options(
-        num_cpus=r["num_cpus_per_engine"], num_gpus=r["num_gpus_per_engine"], **restarts, runtime_env=engine_env)
+        num_cpus=r["num_cpus_per_engine"], num_gpus=r["num_gpus_per_engine"], resources=r["custom_resources_per_engine"],
+        **restarts, runtime_env=engine_env)
     engines = [engine_cls.remote(p["engine"], model_path, engine_kwargs, latest=latest) for _ in range(r["num_engines"])]
     started += engines
     extra_engines = ExtraEngines(p["engine"], {"dtype": dtype, "max_model_len": p["max_model_len"]},
@@ -188,7 +164,8 @@ def _start(c: RTIConfig, model_path: str, renderer, started: list, log_dir: Path
     env_config = resolve_env_config(c["environment"]["env_config"], engines, model_path, extra_engines)
     # every runner call is idempotent (episodes are seeded and replay on fresh envs), so Ray
     # may retry it on the restarted runner; the driver moves a chunk on when that fails too
-    runner_cls = ray.remote(EnvRunner).options(num_cpus=r["num_cpus_per_env_runner"], **restarts)
+    runner_cls = ray.remote(EnvRunner).options(num_cpus=r["num_cpus_per_env_runner"],
+                                               resources=r["custom_resources_per_env_runner"], **restarts)
     pool = EnginePool(engines)
     runners = [runner_cls.remote(creator, env_config, r["num_envs_per_env_runner"], model_path, p, pool, i,
                                  c["debugging"]["check_drift"], ft["max_episode_retries"])
@@ -202,7 +179,7 @@ def _start(c: RTIConfig, model_path: str, renderer, started: list, log_dir: Path
     threads = lc["num_threads_per_learner"] or max(1, (os.cpu_count() or 1) // lc["num_learners"])
     learner = LearnerGroup(model_path, learner_settings(c), lc["num_learners"], lc["num_cpus_per_learner"],
                            lc["num_gpus_per_learner"], threads_env(threads, actor_env_vars("learner", log_dir)),
-                           ft["start_timeout_s"])
+                           ft["start_timeout_s"], lc["custom_resources_per_learner"])
     started.append(learner)
     # every actor answers before build returns: one that cannot start (an engine that
     # refuses its settings, a model that does not fit) fails here

@@ -32,7 +32,10 @@ DEFAULTS: dict[str, dict] = {
                "engine_kwargs": {}},
     "env_runners": {"num_env_runners": 2, "num_envs_per_env_runner": 4, "num_cpus_per_env_runner": 0.25,
                     "num_engines": 1, "num_cpus_per_engine": 0.5, "num_gpus_per_engine": 0,
-                    "num_threads_per_engine": None},
+                    "num_threads_per_engine": None,
+                    # Ray custom resources each actor asks for on top of its CPUs/GPUs, to pin
+                    # a kind to the nodes that declare them (`ray start --resources`)
+                    "custom_resources_per_env_runner": {}, "custom_resources_per_engine": {}},
     "training": {"algorithm": "grpo", "group_size": 8, "tasks_per_iteration": 4, "lr": 1e-6, "weight_decay": 0.1,
                  # gspo_clip: [low, high] from the GSPO paper (Zheng et al., 2025), tiny because sequence
                  # ratios are length-normalised; a list so that it survives JSON, a float = symmetric
@@ -45,7 +48,8 @@ DEFAULTS: dict[str, dict] = {
                  # num_learners: DeepSpeed ranks, each one actor with the per-learner CPUs/GPUs
                  # (rti_actors/learner_group.py); offload: "none" | "optimizer" | "optimizer+params"
                  # (ZeRO-Offload to host memory; params only under ZeRO-3)
-                 "num_learners": 1, "gradient_checkpointing": False, "offload": "none"},
+                 "num_learners": 1, "gradient_checkpointing": False, "offload": "none",
+                 "custom_resources_per_learner": {}},
     # RTI (used when training(algorithm="rti")); docs/ALGORITHM.md gives the source of each default
     "interventions": {
         "roles": "self",            # "self" | "rules" | a local model folder | an http(s):// endpoint
@@ -229,6 +233,8 @@ class RTIConfig:
             if not isinstance(r[key], int) or r[key] < 1:
                 problems.append(f"{key}={r[key]} must be an integer >= 1")
         lr = c["learners"]
+        problems += _custom_resource_problems({("env_runners", k): r[k] for k in CUSTOM_RESOURCES["env_runners"]}
+                                              | {("learners", k): lr[k] for k in CUSTOM_RESOURCES["learners"]})
         if lr["backend"] not in ("deepspeed", "torch"):
             problems.append(f"unknown learner backend {lr['backend']!r}: choose 'deepspeed' or 'torch'")
         if lr["zero_stage"] not in (0, 1, 2, 3):
@@ -303,6 +309,22 @@ def _is_number(x) -> bool:
 
 
 OFFLOADS = ("none", "optimizer", "optimizer+params")
+CUSTOM_RESOURCES = {"env_runners": ("custom_resources_per_env_runner", "custom_resources_per_engine"),
+                    "learners": ("custom_resources_per_learner",)}
+
+
+def _custom_resource_problems(options: dict) -> list[str]:
+    """{(section, key): value} of the custom_resources_per_* options: {name: amount >= 0}."""
+    problems = []
+    for (section, key), res in options.items():
+        if not isinstance(res, dict) or not all(isinstance(k, str) and k and _is_number(v) and v >= 0
+                                                for k, v in res.items()):
+            problems.append(f"{section}({key}={res!r}) must be a dict of Ray custom resource names to amounts >= 0, "
+                            "e.g. {'rollout_node': 1}")
+        elif set(res) & {"CPU", "GPU", "memory"}:
+            problems.append(f"{section}({key}=...) names {sorted(set(res) & {'CPU', 'GPU', 'memory'})}: set CPUs and "
+                            "GPUs with the num_cpus_per_* / num_gpus_per_* options, not as custom resources")
+    return problems
 
 
 def _learner_group_problems(lr: dict) -> list[str]:

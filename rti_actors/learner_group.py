@@ -44,8 +44,9 @@ class LearnerGroup:
     gets its rank, world size and the rendezvous address on top)."""
 
     def __init__(self, model_path: str, settings: dict, num_learners: int = 1, num_cpus: float = 0.5,
-                 num_gpus: float = 0, runtime_env: dict | None = None, start_timeout_s: float = 900.0):
-        self._args = (model_path, settings, num_learners, num_cpus, num_gpus, runtime_env, start_timeout_s)
+                 num_gpus: float = 0, runtime_env: dict | None = None, start_timeout_s: float = 900.0,
+                 resources: dict | None = None):
+        self._args = (model_path, settings, num_learners, num_cpus, num_gpus, runtime_env, start_timeout_s, resources)
         n = self.num_learners = int(num_learners)
         if n < 1:
             raise ValueError(f"num_learners must be >= 1, got {num_learners!r}")
@@ -57,9 +58,9 @@ class LearnerGroup:
         options = {"num_cpus": num_cpus, "num_gpus": num_gpus, "runtime_env": runtime_env}
         cls = ray.remote(QueueLearner)
         if n == 1:
-            self.ranks = [cls.options(**options).remote(model_path, settings)]
+            self.ranks = [cls.options(**options, resources=resources or {}).remote(model_path, settings)]
             return
-        bundle = {k: v for k, v in {"CPU": num_cpus, "GPU": num_gpus}.items() if v}
+        bundle = {k: v for k, v in {"CPU": num_cpus, "GPU": num_gpus, **(resources or {})}.items() if v}
         self.placement_group = pg = placement_group([dict(bundle) for _ in range(n)], strategy="PACK")
         try:
             ready, _ = ray.wait([pg.ready()], timeout=start_timeout_s)

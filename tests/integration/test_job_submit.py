@@ -67,6 +67,7 @@ def _loopback(ip: str) -> bool:
 
 
 def test_ray_job_submit_hard20_main_job(tiny_model_path, tmp_path):
+    # as the main job runs it: RTI through the actor graph on the vLLM engine (the default)
     env = dict(os.environ, RAY_AUTH_MODE="token")
     env.pop("RAY_ADDRESS", None)
     assert _ray(["get-auth-token", "--generate"], env).returncode == 0
@@ -85,7 +86,7 @@ def test_ray_job_submit_hard20_main_job(tiny_model_path, tmp_path):
                        % (REPO / ".cache"))
         for _ in range(12):  # the head's job agent registers a few seconds after `ray start`
             job = _ray(["job", "submit", "--working-dir", str(REPO), "--runtime-env-json", runtime_env, "--",
-                        "python", "examples/hard20.py", "--model", tiny_model_path, "--engine", "hf", "--quick",
+                        "python", "examples/hard20.py", "--model", tiny_model_path, "--engine", "vllm", "--quick",
                         "--iterations", "1", "--tasks-per-iteration", "1", "--group-size", "2", "--eval-tasks", "2",
                         "--eval-samples", "1", "--max-new-tokens", "8", "--max-turns", "2",
                         "--run-dir", str(tmp_path / "runs"), "--run-name", "job"], env, timeout=900)

@@ -98,6 +98,9 @@ def test_config_round_trip_and_freeze():
     (lambda c: c.fault_tolerance(max_episode_retries=-1), "max_episode_retries"),
     (lambda c: c.policy(tensor_parallel_size=2), "num_gpus_per_engine=2"),
     (lambda c: c.policy(tensor_parallel_size=0), "tensor_parallel_size"),
+    (lambda c: c.env_runners(custom_resources_per_engine={"serve": -1}), "custom_resources_per_engine"),
+    (lambda c: c.env_runners(custom_resources_per_env_runner=["rollout"]), "custom_resources_per_env_runner"),
+    (lambda c: c.learners(custom_resources_per_learner={"GPU": 1}), "num_gpus_per_"),
 ])
 def test_bad_configs_fail_with_what_to_change(mutate, needle):
     cfg = mutate(RTIConfig().environment("Navigation-v0"))
@@ -124,3 +127,17 @@ def test_broadcast_on_shared_gpus_is_refused():
     with pytest.raises(ConfigError, match="two NCCL ranks on one device"):
         cfg.validate(available_gpus=1)
     cfg.copy().learners(weight_sync="auto").validate(available_gpus=1)  # auto uses the object store there
+
+
+def test_custom_resources_are_checked_against_the_cluster():
+    from rti_actors.cluster import check_custom_resources
+
+    cfg = (RTIConfig().environment("Navigation-v0")
+           .env_runners(num_env_runners=2, custom_resources_per_env_runner={"rollout": 1},
+                        custom_resources_per_engine={"serve": 0.5})
+           .learners(num_learners=2, num_cpus_per_learner=0.5, custom_resources_per_learner={"rollout": 1}))
+    cfg.validate(available_cpus=8)
+    check_custom_resources(cfg, {"CPU": 8, "rollout": 4, "serve": 1})
+    # runners and learner ranks ask for 4 "rollout" together; "serve" is not declared at all
+    with pytest.raises(ConfigError, match=r"rollout: need 4, the cluster has 3.*serve: need 0.5, the cluster has 0"):
+        check_custom_resources(cfg, {"CPU": 8, "rollout": 3})
