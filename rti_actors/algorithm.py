@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import pickle
 import sys
 import time
 from collections import Counter
@@ -25,7 +24,7 @@ import numpy as np
 import ray
 
 from rti_actors.build import build_graph, rollout_sampling
-from rti_actors.checkpoints import atomic_dir, periodic, periodic_path, prune, resolve
+from rti_actors.checkpoints import atomic_dir, config_changes, periodic, periodic_path, prune, resolve, verify
 from rti_actors.config import ConfigError, RTIConfig
 from rti_actors.demonstrations import from_trajectory, reaching, read_jsonl, to_sample, write_jsonl
 from rti_actors.faults import ActorMonitor, died
@@ -49,7 +48,15 @@ class Algorithm:
         rep = c["reporting"]
         name = rep["run_name"] or time.strftime("%Y%m%d-%H%M%S") + f"-{c['training']['algorithm']}"
         self.run_dir = Path(rep["run_dir"]).expanduser().resolve() / name
-        self.graph = g = build_graph(c, self.run_dir)  # the actors' logs go to the run dir too
+        self.graph = build_graph(c, self.run_dir)  # the actors' logs go to the run dir too
+        try:
+            self._setup(c)
+        except BaseException:
+            self.graph.kill()  # e.g. an unwritable run dir: the started actors must not keep their CPUs
+            raise
+
+    def _setup(self, c: RTIConfig) -> None:
+        g, rep = self.graph, c["reporting"]
         self.model_path, self.renderer, self.engine_dtype = g.model_path, g.renderer, g.engine_dtype
         self.engines, self.runners, self.queue, self.learner = g.engines, g.runners, g.queue, g.learner
         self.intervention, self.weight_sync, self.train_ids = g.intervention, g.weight_sync, g.train_ids
@@ -206,28 +213,44 @@ class Algorithm:
         with atomic_dir(path, {k: v for k, v in state.items() if k != "rng"}) as tmp:
             self.learner.save(str(tmp / "learner"))
             (tmp / "config.json").write_text(self.config.to_json())
-            (tmp / "algorithm_state.pkl").write_bytes(pickle.dumps(state))
+            (tmp / "algorithm_state.json").write_text(json.dumps(state))
         self._last_save = path
         return str(path)
 
-    def resume(self) -> int:
+    def resume(self, allow_config_change: bool = False) -> int:
         """Continue this run (built with the same run_dir and run_name) from the newest
         periodic checkpoint in its directory; returns the iteration it continues from."""
         found = periodic(self.run_dir)
         if found:
-            self.restore(found[-1])
+            self.restore(found[-1], allow_config_change)
             self.resumed_from = found[-1]
             self.reporter.rewind(self.iteration)
         return self.iteration
 
-    def restore(self, path: str | os.PathLike) -> None:
-        path = resolve(path)
-        saved = RTIConfig.from_dict(json.loads((path / "config.json").read_text()))
-        if saved["policy"]["model"] != self.config["policy"]["model"]:
-            raise ConfigError(f"checkpoint was made with model {saved['policy']['model']!r}, this algorithm runs "
-                              f"{self.config['policy']['model']!r}; build from the saved config instead")
-        state = pickle.loads((path / "algorithm_state.pkl").read_bytes())
-        self.learner_step = self.learner.load(str(path / "learner"))
+    def restore(self, path: str | os.PathLike, allow_config_change: bool = False) -> list[str]:
+        """Continue from the checkpoint at ``path``: all of it or nothing. The checkpoint is
+        verified (every file there, unaltered, none holding code) before anything changes; a
+        checkpoint made with other training options is refused unless ``allow_config_change``,
+        and then this run's options apply and the changes are returned (and logged)."""
+        path = verify(path)
+        saved = json.loads((path / "config.json").read_text())
+        changed = config_changes(saved, json.loads(self.config.to_json()))
+        if saved.get("policy", {}).get("model") != self.config["policy"]["model"]:
+            raise ConfigError(f"checkpoint {path} was made with model {saved.get('policy', {}).get('model')!r}, this "
+                              f"algorithm runs {self.config['policy']['model']!r}; build from the saved config instead")
+        if changed and not allow_config_change:
+            raise ConfigError(f"checkpoint {path} was made with other training options ({'; '.join(changed)}); build "
+                              "with its config.json, or pass allow_config_change=True to continue with this config's")
+        if changed:
+            log.warning("restoring %s with changed options: %s", path, "; ".join(changed))
+        state = json.loads((path / "algorithm_state.json").read_text())
+        before = self._last_save
+        try:
+            self.learner_step = self.learner.load(str(path / "learner"))
+        except Exception as err:
+            # a rank may have loaded part of its state: put the learner back as it was
+            self.learner_step = self._fresh_learner(before, f"restoring {path} failed ({type(err).__name__})")
+            raise
         self._last_save = path
         self.iteration, self.rng.bit_generator.state = state["iteration"], state["rng"]
         if self._next is not None:  # rollouts launched before the restore: drawn from the old state
@@ -235,9 +258,10 @@ class Algorithm:
             self._next = None
         current = max(ray.get([e.version.remote() for e in self.engines]))
         if state["version"] == current == 0:
-            return  # nothing was ever published: the engines' folder weights are the learner's
+            return changed  # nothing was ever published: the engines' folder weights are the learner's
         self.version = max(state["version"], current)
         self._publish(bump=current >= state["version"])
+        return changed
 
     def export_policy(self, path: str | os.PathLike) -> str:
         """A plain Hugging Face folder that transformers and vLLM load."""
@@ -403,18 +427,23 @@ class Algorithm:
             return False
 
     def _rebuild_learner(self, err: Exception) -> None:
-        ckpt = self._last_save
-        if ckpt is None and self.learner_step > 0:
-            raise RuntimeError(f"the learner died ({type(err).__name__}) after {self.learner_step} steps and this run "
-                               "has no checkpoint to rebuild it from: set checkpointing(every=N) to survive this") from err
-        log.warning("the learner died (%s); rebuilding it from %s", type(err).__name__, ckpt or "the model folder")
-        self.learner.rebuild()
-        step = self.learner.load(str(resolve(ckpt) / "learner")) if ckpt is not None else 0
+        step = self._fresh_learner(self._last_save, f"the learner died ({type(err).__name__})")
         self.redone["learner_rebuilds"] += 1
         self.redone["learner_steps_lost"] += self.learner_step - step
         self.learner_step = step
+
+    def _fresh_learner(self, ckpt: Path | None, why: str) -> int:
+        """A new learner group from ``ckpt`` (or the model folder when nothing was trained
+        yet); returns its step."""
+        if ckpt is None and self.learner_step > 0:
+            raise RuntimeError(f"{why} after {self.learner_step} steps and this run has no checkpoint to rebuild the "
+                               "learner from: set checkpointing(every=N) to survive this")
+        log.warning("%s; rebuilding the learner from %s", why, ckpt or "the model folder")
+        self.learner.rebuild()
+        step = self.learner.load(str(resolve(ckpt) / "learner")) if ckpt is not None else 0
         self.monitor.replace("learner", self.learner.ranks)
         self.weight_sync = "object_store"  # the new ranks are not in the broadcast group
+        return step
 
     def _fault_metrics(self) -> dict:
         """Restarts per actor kind (seen by their incarnations) and what the driver redid."""

@@ -17,6 +17,21 @@ from pathlib import Path
 
 MARKER = "checkpoint.json"
 
+# What a checkpoint's torch files may hold besides tensors and plain containers: DeepSpeed's
+# ZeRO optimizer states. DeepSpeed loads its files with an unrestricted unpickler, so every
+# file is scanned first and one naming any other Python global (code a tampered file would
+# run on load) is refused before anything reads it.
+TRUSTED_GLOBALS = frozenset({
+    "deepspeed.runtime.zero.config.ZeroStageEnum",
+    "deepspeed.runtime.fp16.loss_scaler.LossScaler",
+    "deepspeed.runtime.fp16.loss_scaler.DynamicLossScaler",
+    "deepspeed.utils.tensor_fragment.fragment_address",
+})
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be restored; the message names the file."""
+
 
 def _aside(path: Path, what: str) -> Path:
     return path.with_name(f".{path.name}.{what}")
@@ -36,7 +51,8 @@ def atomic_dir(path: str | Path, meta: dict):
     shutil.rmtree(tmp, ignore_errors=True)  # left by a save that was killed
     tmp.mkdir()
     yield tmp
-    (tmp / MARKER).write_text(json.dumps({**meta, "saved_at": time.time()}, indent=2))
+    files = {str(f.relative_to(tmp)): f.stat().st_size for f in sorted(tmp.rglob("*")) if f.is_file()}
+    (tmp / MARKER).write_text(json.dumps({**meta, "saved_at": time.time(), "files": files}, indent=2))
     if path.exists():
         shutil.rmtree(old, ignore_errors=True)
         path.rename(old)
@@ -54,6 +70,69 @@ def resolve(path: str | Path) -> Path:
     if path.exists():
         raise FileNotFoundError(f"{path} is not a complete checkpoint (no {MARKER}: its save did not finish)")
     raise FileNotFoundError(f"no checkpoint at {path}")
+
+
+def check_pickles(folder: str | Path) -> None:
+    """Refuse any torch file under ``folder`` that cannot be parsed or that names a Python
+    global outside ``TRUSTED_GLOBALS``, without running anything in it."""
+    import torch
+
+    for f in sorted(Path(folder).rglob("*.pt")):
+        try:
+            found = torch.serialization.get_unsafe_globals_in_checkpoint(str(f))
+        except Exception as e:
+            raise CheckpointError(f"{f} cannot be read ({type(e).__name__}: {e}); the checkpoint is corrupt") from None
+        bad = sorted(set(found) - TRUSTED_GLOBALS)
+        if bad:
+            raise CheckpointError(f"{f} names Python objects no checkpoint of this library holds ({', '.join(bad)}): "
+                                  "it was altered or written by other code, and is not loaded")
+
+
+def verify(path: str | Path) -> Path:
+    """The whole checkpoint at ``path`` (``resolve``), checked before anything is restored from
+    it: every file its marker lists is there with the size it was saved with, every JSON file
+    parses and every torch file passes ``check_pickles``. Raises ``CheckpointError`` naming
+    the file, so a restore either has a sound checkpoint or changes nothing."""
+    path = resolve(path)
+    for f in sorted(path.rglob("*.json")):
+        try:
+            json.loads(f.read_text())
+        except (OSError, UnicodeDecodeError, ValueError) as e:
+            raise CheckpointError(f"{f} is corrupt ({type(e).__name__}: {e})") from None
+    for rel, size in json.loads((path / MARKER).read_text()).get("files", {}).items():
+        f = path / rel
+        if not f.is_file():
+            raise CheckpointError(f"{f} is missing from the checkpoint")
+        if f.stat().st_size != size:
+            raise CheckpointError(f"{f} has {f.stat().st_size} bytes but was saved with {size}: it was truncated or "
+                                  "changed after the save")
+    check_pickles(path)
+    return path
+
+
+# Config sections and options that say how a run is laid out or reported, not what it
+# trains: a restore may change them freely. Any other difference needs an explicit override.
+LAYOUT = {"env_runners": None, "fault_tolerance": None, "checkpointing": None, "reporting": None, "evaluation": None,
+          "debugging": {"log_level", "check_drift"},
+          "policy": {"engine", "engine_kwargs", "tensor_parallel_size"},
+          "learners": {"num_cpus_per_learner", "num_gpus_per_learner", "num_threads_per_learner", "weight_sync",
+                       "gradient_checkpointing", "offload", "custom_resources_per_learner"},
+          "interventions": {"num_role_actors", "gate_max_batch", "gate_max_wait_ms"}}
+
+
+def config_changes(saved: dict, current: dict) -> list[str]:
+    """The training options that differ between a checkpoint's config and this run's,
+    as "section.option: saved -> current"."""
+    out = []
+    for section, values in current.items():
+        skip = LAYOUT.get(section, set())
+        if skip is None:
+            continue
+        for key, value in values.items():
+            before = saved.get(section, {}).get(key)
+            if key not in skip and before != value:
+                out.append(f"{section}.{key}: {before!r} -> {value!r}")
+    return out
 
 
 def periodic_path(run_dir: str | Path, iteration: int) -> Path:

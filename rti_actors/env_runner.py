@@ -10,6 +10,8 @@ sends their generation requests to an engine as one batch.
 from __future__ import annotations
 
 import hashlib
+import math
+import reprlib
 import time
 from dataclasses import dataclass, field
 
@@ -24,6 +26,18 @@ def request_seed(*parts) -> int:
     re-run episodes stay reproducible)."""
     digest = hashlib.sha256(repr(parts).encode()).digest()
     return int.from_bytes(digest[:8], "little") >> 1
+
+
+def finite_number(value) -> float | None:
+    """``value`` as a float when it is a finite real number (bool, int, float, numpy scalar),
+    else None: text, None and NaN/inf are not rewards."""
+    if value is None or isinstance(value, (str, bytes)):
+        return None
+    try:
+        x = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return x if math.isfinite(x) else None
 
 
 class ReplayError(RuntimeError):
@@ -254,9 +268,20 @@ class EnvRunner(Restartable):
         if gen["finish_reason"] == "length" and len(ep.buf) >= max_len - 1:
             truncated = ep.context_truncated = True
         if terminated or truncated:
-            ep.reward, ep.terminated, ep.truncated, ep.done = float(reward), bool(terminated), bool(truncated), True
+            value = finite_number(reward)
+            if value is None:  # the env's fault, not the agent's: never scored, never trained
+                ep.infra_error = (f"task {ep.spec.task_id!r} returned reward {reprlib.repr(reward)} "
+                                  f"({type(reward).__name__}); an env's reward must be a finite number")
+                ep.done = True
+                return
+            ep.reward, ep.terminated, ep.truncated, ep.done = value, bool(terminated), bool(truncated), True
             ep.info = {k: v for k, v in info.items() if k not in ("tools", "demonstration")}
             return
         if new:
             ep.buf.append_context(self.renderer.messages_ids(ep.messages, new))
             ep.messages += new
+            if len(ep.buf) > max_len:
+                # an env message longer than what is left of the context: the tokens beyond
+                # it could never be generated from, so they are cut here and never ship
+                ep.buf.truncate(max_len)
+                ep.context_truncated = ep.truncated = ep.done = True

@@ -24,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import json
+import math
 import os
 import random
 import socket
@@ -36,6 +37,7 @@ import psutil
 import ray
 import torch
 
+from rti_actors.checkpoints import check_pickles
 from rti_actors.config import ALGORITHMS, OFFLOADS, RTIConfig, gspo_clip_pair, learner_settings
 from rti_actors.faults import Restartable
 from rti_actors.losses import add_stats, finish_stats, grpo_loss, gspo_loss, masked_token_logprobs, sft_loss
@@ -156,18 +158,24 @@ def _free_port() -> int:
 
 
 def _rng_state() -> dict:
-    state = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+    """Every RNG's state as plain JSON values (a checkpoint holds no pickled Python objects)."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    version, internal, gauss = random.getstate()
+    state = {"torch": torch.get_rng_state().tolist(), "python": [version, list(internal), gauss],
+             "numpy": [name, keys.tolist(), pos, has_gauss, cached]}
     if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+        state["cuda"] = [s.tolist() for s in torch.cuda.get_rng_state_all()]
     return state
 
 
 def _set_rng_state(state: dict) -> None:
-    torch.set_rng_state(state["torch"])
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        torch.cuda.set_rng_state_all([torch.tensor(s, dtype=torch.uint8) for s in state["cuda"]])
 
 
 class Learner:
@@ -356,7 +364,10 @@ class Learner:
 
         Metrics (global over ranks): loss, clip_frac, ratio_mean, approx_kl, grad_norm (before
         clipping), num_tokens (loss tokens), num_samples, num_micro_batches (this rank), step,
-        lr, seconds, tokens_per_s (all tokens processed), skipped (True: no loss tokens, no step).
+        lr, seconds, tokens_per_s (all tokens processed), skipped (True: no step was taken),
+        nonfinite (True: the loss or the gradient was NaN or infinite, so the step was skipped
+        and the weights kept; an update that would write NaN into every weight and then into
+        the engines must never be applied).
         """
         t0 = time.perf_counter()
         if samples or self.world_size == 1:  # a rank of a group may get no sample (fewer samples than ranks)
@@ -377,7 +388,7 @@ class Learner:
             return {"loss": 0.0, "clip_frac": 0.0, "ratio_mean": 1.0, "approx_kl": 0.0, "grad_norm": 0.0,
                     "num_tokens": 0, "num_samples": int(n_samples), "num_micro_batches": 0, "step": self.step,
                     "lr": float(self.optimizer.param_groups[0]["lr"]), "seconds": time.perf_counter() - t0,
-                    "tokens_per_s": 0.0, "skipped": True}
+                    "tokens_per_s": 0.0, "skipped": True, "nonfinite": False}
         # DeepSpeed averages gradients over ranks; the loss is a sum over the global batch
         # divided by the global normaliser, so each rank's share is scaled back up.
         scale = float(self.world_size)
@@ -403,8 +414,8 @@ class Learner:
             else:
                 (loss * scale).backward()
 
-        grad_norm = self._optimizer_step(lr)
-        self.step += 1
+        grad_norm, stepped = self._optimizer_step(lr)
+        self.step += int(stepped)
         keys = ("loss_tokens", "clipped", "clip_units", "ratio_sum", "kl_sum")
         loss_sum, processed, *summed = self._all_reduce(
             [loss_sum, float(sum(len(s["ids"]) for s in samples))] + [totals.get(k, 0.0) for k in keys])
@@ -414,7 +425,7 @@ class Learner:
         return {"loss": loss_sum, **finish_stats(dict(zip(keys, summed))), "grad_norm": grad_norm,
                 "num_tokens": int(tokens), "num_samples": int(n_samples), "num_micro_batches": len(groups),
                 "step": self.step, "lr": float(lr if lr is not None else self.optimizer.param_groups[0]["lr"]),
-                "seconds": seconds, "tokens_per_s": processed / seconds, "skipped": False,
+                "seconds": seconds, "tokens_per_s": processed / seconds, "skipped": not stepped, "nonfinite": not stepped,
                 "host_rss_gib": psutil.Process().memory_info().rss / 2**30}
 
     def _filler_sample(self) -> dict:
@@ -423,7 +434,7 @@ class Learner:
         return {"ids": [self.pad_id] * 2, "loss_mask": [0, 1], "behaviour_logprobs": [0.0, 0.0],
                 "token_weight": [1.0, 1.0], "advantage": 0.0}
 
-    def _optimizer_step(self, lr: float | None = None) -> float:
+    def _optimizer_step(self, lr: float | None = None) -> tuple[float, bool]:
         c = self.config
         if lr is not None:
             for group in self.optimizer.param_groups:
@@ -440,22 +451,33 @@ class Learner:
         inner = getattr(self.optimizer, "optimizer", self.optimizer)  # DeepSpeed wraps the client AdamW
         inner.state.clear()
 
-    def _step_once(self) -> float:
+    def _step_once(self) -> tuple[float, bool]:
+        """One optimiser step; returns (grad norm before clipping, whether the step was taken).
+        A gradient with a NaN or inf in it is dropped and no step taken: clipping cannot repair
+        it (the norm itself is NaN), and one such step would corrupt every weight."""
         c = self.config
         if self.engine is None:
-            norm = torch.nn.utils.clip_grad_norm_(self.module.parameters(), c["grad_clip"] if c["grad_clip"] > 0
-                                                  else float("inf"))
-            self.optimizer.step()
+            norm = float(torch.nn.utils.clip_grad_norm_(self.module.parameters(), c["grad_clip"] if c["grad_clip"] > 0
+                                                        else float("inf")))
+            if math.isfinite(norm):
+                self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
-            return float(norm)
-        # Stage 0 in fp32 uses the client AdamW directly, which does not record the norm.
+            return norm, math.isfinite(norm)
         own_norm = None
-        if c["zero_stage"] == 0 and c["dtype"] == "float32":
+        if c["zero_stage"] == 0:
+            # Stage 0 steps the client optimizer without looking at the norm (nor recording it
+            # in fp32); the gradients are whole and already averaged over ranks here.
             grads = [p.grad for p in self.module.parameters() if p.grad is not None]
-            own_norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
+            own_norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads])))
+            if not math.isfinite(own_norm):
+                self.engine.zero_grad()
+                return own_norm, False
+        # ZeRO-1/2/3 take the norm of the partitioned gradients themselves and skip a step
+        # whose norm is not finite (reported as inf), clearing the gradients
         self.engine.step()
         norm = self.engine.get_global_grad_norm()
-        return float(norm) if norm is not None else float(own_norm if own_norm is not None else "nan")
+        norm = float(norm) if norm is not None else float(own_norm if own_norm is not None else "nan")
+        return norm, own_norm is not None or math.isfinite(norm)
 
     # ---- weights and checkpoints --------------------------------------------------------
     def _full_params(self):
@@ -517,11 +539,12 @@ class Learner:
         """Model, optimiser, step and RNG states, so that ``load`` then ``update`` continues exactly."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        state = {"step": self.step, "rng": _rng_state()}
+        (path / f"rng_rank{self.rank}.json").write_text(json.dumps({"step": self.step, "rng": _rng_state()}))
         if self.engine is not None:
-            self.engine.save_checkpoint(str(path), tag=_CHECKPOINT_TAG, client_state=state, save_latest=False)
+            self.engine.save_checkpoint(str(path), tag=_CHECKPOINT_TAG, client_state={"step": self.step},
+                                        save_latest=False)
         else:
-            torch.save({**state, "model": self.module.state_dict(), "optimizer": self.optimizer.state_dict()},
+            torch.save({"step": self.step, "model": self.module.state_dict(), "optimizer": self.optimizer.state_dict()},
                        path / "torch_learner.pt")
         if self.rank == 0:
             meta = {"backend": self.config["backend"], "zero_stage": self.config["zero_stage"],
@@ -530,11 +553,14 @@ class Learner:
         return str(path)
 
     def load(self, path: str) -> int:
-        """Restore a ``save`` of a learner with the same backend; returns the step."""
+        """Restore a ``save`` of a learner with the same backend; returns the step. The learning
+        rate is this learner's configured one, not the checkpoint's."""
         path = Path(path)
-        meta_file = path / "learner.json"
-        if not meta_file.is_file():
-            raise FileNotFoundError(f"{path} is not a learner checkpoint (no learner.json)")
+        meta_file, rng_file = path / "learner.json", path / f"rng_rank{self.rank}.json"
+        for f in (meta_file, rng_file):
+            if not f.is_file():
+                raise FileNotFoundError(f"{path} is not a learner checkpoint of this version (no {f.name})")
+        check_pickles(path)  # before DeepSpeed's unrestricted torch.load reads any file
         meta = json.loads(meta_file.read_text())
         if meta["backend"] != self.config["backend"]:
             raise ValueError(f"checkpoint {path} was saved by the {meta['backend']!r} backend; "
@@ -546,14 +572,17 @@ class Learner:
                 # DeepSpeed's optimiser shards are laid out per stage and rank count.
                 raise ValueError(f"checkpoint {path} was saved with {there}; this learner has {here}. "
                                  "Restore with the same zero_stage and world_size (or use export_hf for weights only)")
-            loaded, state = self.engine.load_checkpoint(str(path), tag=_CHECKPOINT_TAG, load_optimizer_states=True,
-                                                        load_lr_scheduler_states=False)
+            loaded, _ = self.engine.load_checkpoint(str(path), tag=_CHECKPOINT_TAG, load_optimizer_states=True,
+                                                    load_lr_scheduler_states=False)
             if loaded is None:
                 raise FileNotFoundError(f"DeepSpeed found no checkpoint '{_CHECKPOINT_TAG}' under {path}")
         else:
-            state = torch.load(path / "torch_learner.pt", map_location=self.device, weights_only=False)
+            state = torch.load(path / "torch_learner.pt", map_location=self.device, weights_only=True)
             self.module.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.config["lr"]
+        state = json.loads(rng_file.read_text())
         self.step = int(state["step"])
         _set_rng_state(state["rng"])
         return self.step

@@ -119,7 +119,10 @@ def progress_line(m: dict) -> str:
     the learner step (or why there was none), RTI's funnel when it ran, recoveries from
     crashes, and the time."""
     learn = m["learner"]
-    loss = "no update (all groups zero-variance)" if learn.get("skipped") else f"loss {learn['loss']:+.4f}"
+    if learn.get("nonfinite"):
+        loss = "no update (non-finite loss or gradient: step skipped, weights kept)"
+    else:
+        loss = "no update (all groups zero-variance)" if learn.get("skipped") else f"loss {learn['loss']:+.4f}"
     rti = f"  rti: {rti_funnel(m)}" if "rti/triggered_groups" in m else ""
     faults = {k.split("/", 1)[1]: v for k, v in m.items()
               if k.startswith(("faults/restarts/", "faults/dead/", "faults/redone/")) and v}

@@ -8,7 +8,8 @@ from envs import InfrastructureError, Task, Tool, ToolEnv, register_env
 
 
 class FirstLetterEnv(ToolEnv):
-    DEFAULT_CONFIG = {**ToolEnv.DEFAULT_CONFIG, "max_turns": 1, "target": "a", "num_tasks": 4, "canary": None}
+    DEFAULT_CONFIG = {**ToolEnv.DEFAULT_CONFIG, "max_turns": 1, "target": "a", "num_tasks": 4, "canary": None,
+                      "nan_reward_task": None}  # this task's grader returns NaN
 
     def task_ids(self, split):
         return [f"{split}-{i}" for i in range(self.config["num_tasks"])]
@@ -19,6 +20,8 @@ class FirstLetterEnv(ToolEnv):
     def compute_reward(self):
         text = self.messages[-1]["content"] if self.messages[-1]["role"] == "assistant" else ""
         ok = text.startswith(self.config["target"])
+        if self.task.task_id == self.config["nan_reward_task"]:
+            return float("nan"), {"first_char": text[:1]}
         return float(ok), {"first_char": text[:1]}
 
     def reward_evidence(self):
@@ -68,9 +71,36 @@ class FailingEnv(ToolEnv):
         return {}
 
 
+class BadValuesEnv(ToolEnv):
+    """Tasks whose env returns what no reward is ("nan", "inf", "text", "none", "numpy" is a
+    legal numpy float), and "flood": a tool result far longer than any context."""
+
+    DEFAULT_CONFIG = {**ToolEnv.DEFAULT_CONFIG, "max_turns": 2}
+    REWARDS = {"nan": float("nan"), "inf": float("-inf"), "text": "one", "none": None}
+
+    def task_ids(self, split):
+        return ["nan", "inf", "text", "none", "numpy", "flood"]
+
+    def load_task(self, task_id):
+        return Task(task_id, "You reply.", "Say anything.", [])
+
+    def step(self, action):
+        if self.task.task_id == "flood":  # every reply is answered with ~2 MB of text
+            self.messages.append({"role": "assistant", "content": str(action)})
+            return [{"role": "user", "content": "x " * 1_000_000}], 0.0, False, False, {}
+        return super().step(action)
+
+    def compute_reward(self):
+        import numpy as np
+        if self.task.task_id == "numpy":
+            return np.float32(0.5), {}
+        return self.REWARDS.get(self.task.task_id, 0.0), {}
+
+
 def make_first_letter(cfg):
     return FirstLetterEnv(cfg)
 
 
 register_env("FirstLetter-v0", make_first_letter)
 register_env("Failing-v0", FailingEnv)
+register_env("BadValues-v0", BadValuesEnv)

@@ -116,6 +116,63 @@ def test_checkpoint_restore_continues_exactly(ray_cluster, flat_model, tmp_path)
     assert got["learner"]["loss"] == pytest.approx(ref["learner"]["loss"], rel=1e-5, abs=1e-7)
 
 
+def test_restore_is_all_or_nothing_and_refuses_other_training_options(ray_cluster, flat_model, tmp_path):
+    import shutil
+
+    from rti_actors.checkpoints import CheckpointError
+    from rti_actors.config import ConfigError
+
+    cfg = _config(flat_model, tmp_path, lr=1e-3)
+    a = cfg.build()
+    try:
+        a.train()
+        ckpt = a.save(tmp_path / "ckpt")
+        a.train()
+        weights = ray.get(a.learner.get_weights())
+        bad = tmp_path / "bad"
+        shutil.copytree(ckpt, bad)
+        shard = next(bad.rglob("*model_states.pt"))
+        shard.write_bytes(shard.read_bytes()[:-100])  # a truncated shard: nothing may be half-restored
+        with pytest.raises(CheckpointError, match="model_states.pt has"):
+            a.restore(bad)
+        assert a.iteration == 2 and a.learner_step == 2
+        assert all(bool((w == v).all()) for w, v in zip(weights.values(), ray.get(a.learner.get_weights()).values()))
+    finally:
+        a.stop()
+    b = cfg.copy().training(lr=1e-2).reporting(run_name="other-lr").build()
+    try:
+        with pytest.raises(ConfigError, match=r"training\.lr: 0\.001 -> 0\.01"):
+            b.restore(ckpt)
+        assert b.restore(ckpt, allow_config_change=True) == ["training.lr: 0.001 -> 0.01"]
+        m = b.train()
+        assert m["iteration"] == 2 and m["learner"]["lr"] == 1e-2
+    finally:
+        b.stop()
+
+
+def test_a_nan_reward_is_an_env_failure_and_a_nan_gradient_skips_the_step(ray_cluster, flat_model, tmp_path):
+    # train-0's grader returns NaN: its episodes are never scored or trained, the rest are
+    algo = _config(flat_model, tmp_path, lr=1e-3).environment(env_config={"num_tasks": 2,
+                                                                          "nan_reward_task": "train-0"}).build()
+    try:
+        m = algo.train()
+        assert m["faults/infra_episodes"] == 4 and m["num_groups"] == 1 and not m["learner"]["skipped"]
+        before = ray.get(algo.learner.get_weights())
+        # a group whose loss overflows (an absurd but finite behaviour log-prob, negative
+        # advantage): the learner skips the step, keeps its weights and says so
+        group = [{"ids": [1, 2, 3, 4], "loss_mask": [0, 1, 1, 1], "behaviour_logprobs": [0.0, -1e30, -1e30, -1e30],
+                  "token_weight": [1.0] * 4, "advantage": adv, "policy_version": algo.version} for adv in (-1.0, 1.0)]
+        ray.get(algo.queue.put.remote([group], algo.version))
+        learn = algo.learner.result(algo.learner.pull_and_update(algo.queue, 1, algo.version))
+        assert learn["skipped"] and learn["nonfinite"]
+        after = ray.get(algo.learner.get_weights())
+        assert all(bool((before[k] == after[k]).all()) for k in before)
+        m = algo.train()  # and the run goes on
+        assert m["iteration"] == 2 and not m["learner"]["skipped"] and m["policy_version"] == 2
+    finally:
+        algo.stop()
+
+
 def test_async_rollouts_overlap_learning_and_report_their_lag(ray_cluster, flat_model, tmp_path):
     # max_policy_lag=1: iteration i+1 is sampled while the learner trains on iteration i,
     # with the weights the engines had, so its groups reach the learner one version old

@@ -6,6 +6,7 @@ The first DeepSpeed initialise on a machine JIT-builds a comm op (~1 min, cached
 
 import copy
 import json
+import math
 import os
 import random
 import socket
@@ -264,6 +265,50 @@ def test_batch_without_loss_tokens_takes_no_step(tiny_model_path):
     m = learner.update([sample])
     assert m["skipped"] and m["step"] == learner.step == 1 and m["num_tokens"] == 0
     assert all(torch.equal(before[k], v) for k, v in learner.get_weights().items())
+
+
+@pytest.mark.parametrize("backend, zero_stage", [("deepspeed", 0), ("deepspeed", 2), ("torch", 0)])
+def test_a_non_finite_loss_skips_the_step_and_keeps_the_weights(tiny_model_path, backend, zero_stage):
+    learner = Learner(tiny_model_path, {"lr": LR, "backend": backend, "zero_stage": zero_stage})
+    learner.update(make_batch())  # Adam has momentum now: a step on any gradient would move the weights
+    before = learner.get_weights()
+    bad = make_batch(n=2)
+    # a finite but absurd behaviour log-prob: the ratio overflows to inf, and with a negative
+    # advantage the loss and every gradient are inf/NaN
+    bad[1]["behaviour_logprobs"] = [-1e30 if m else 0.0 for m in bad[1]["loss_mask"]]
+    m = learner.update(bad)
+    assert m["skipped"] and m["nonfinite"] and m["step"] == learner.step == 1
+    assert all(torch.equal(before[k], v) for k, v in learner.get_weights().items())
+    m = learner.update(make_batch(seed=3))  # training goes on from the kept weights
+    assert not m["skipped"] and m["step"] == 2 and math.isfinite(m["grad_norm"])
+    assert all(torch.isfinite(v).all() for v in learner.get_weights().values())
+    assert not all(torch.equal(before[k], v) for k, v in learner.get_weights().items())
+
+
+def test_a_learner_checkpoint_holds_no_pickled_code_and_a_tampered_one_is_refused(tiny_model_path, tmp_path):
+    from rti_actors.checkpoints import CheckpointError, check_pickles
+
+    learner = Learner(tiny_model_path, {"lr": LR, "zero_stage": 2})
+    learner.update(make_batch())
+    learner.save(tmp_path / "ckpt")
+    check_pickles(tmp_path / "ckpt")  # DeepSpeed's files hold only tensors and its trusted classes
+    assert json.loads((tmp_path / "ckpt" / "rng_rank0.json").read_text())["step"] == 1
+    shard = next((tmp_path / "ckpt").rglob("*optim_states.pt"))
+    state = torch.load(shard, weights_only=False)
+    state["payload"] = Tampered(tmp_path / "sentinel")
+    torch.save(state, shard)
+    fresh = Learner(tiny_model_path, {"lr": LR, "zero_stage": 2})
+    with pytest.raises(CheckpointError, match="optim_states.pt names Python objects"):
+        fresh.load(tmp_path / "ckpt")
+    assert not (tmp_path / "sentinel").exists() and fresh.step == 0
+
+
+class Tampered:
+    def __init__(self, target):
+        self.target = str(target)
+
+    def __reduce__(self):  # unpickling this writes a file: what an attacker's payload would do
+        return Path.write_text, (Path(self.target), "pwned")
 
 
 RANK_WORKER = """

@@ -57,3 +57,63 @@ def test_periodic_checkpoints_are_listed_in_order_and_pruned(tmp_path):
     assert [p.name for p in periodic(tmp_path)] == ["iter_000002", "iter_000004", "iter_000006", "iter_000010"]
     prune(tmp_path, keep=2)
     assert [p.name for p in periodic(tmp_path)] == ["iter_000006", "iter_000010"]
+
+
+class _WritesAFile:
+    """What a tampered checkpoint would carry: unpickling it calls a function of the
+    attacker's choosing (here one that writes a file)."""
+
+    def __init__(self, target):
+        self.target = str(target)
+
+    def __reduce__(self):
+        import pathlib
+        return pathlib.Path.write_text, (pathlib.Path(self.target), "pwned")
+
+
+def test_verify_refuses_code_in_a_torch_file_without_running_it(tmp_path):
+    import torch
+
+    from rti_actors.checkpoints import CheckpointError, check_pickles, verify
+
+    sentinel = tmp_path / "sentinel"
+    with atomic_dir(tmp_path / "ckpt", {}) as tmp:
+        torch.save({"weights": torch.ones(3)}, tmp / "model.pt")
+    assert verify(tmp_path / "ckpt") == tmp_path / "ckpt"  # a sound one passes
+    torch.save({"weights": torch.ones(3), "extra": _WritesAFile(sentinel)}, tmp_path / "ckpt" / "model.pt")
+    with pytest.raises(CheckpointError, match=r"model\.pt has \d+ bytes"):  # its size gives it away first
+        verify(tmp_path / "ckpt")
+    with pytest.raises(CheckpointError, match=r"model\.pt names Python objects.*pathlib"):  # and its content
+        check_pickles(tmp_path / "ckpt")
+    assert not sentinel.exists()
+
+
+def test_verify_names_a_truncated_missing_or_corrupt_file(tmp_path):
+    from rti_actors.checkpoints import CheckpointError, verify
+
+    with atomic_dir(tmp_path / "ckpt", {}) as tmp:
+        (tmp / "learner").mkdir()
+        (tmp / "learner" / "shard.bin").write_bytes(b"x" * 100)
+        (tmp / "state.json").write_text('{"iteration": 3}')
+    ckpt = tmp_path / "ckpt"
+    (ckpt / "learner" / "shard.bin").write_bytes(b"x" * 60)
+    with pytest.raises(CheckpointError, match=r"shard\.bin has 60 bytes but was saved with 100"):
+        verify(ckpt)
+    (ckpt / "learner" / "shard.bin").unlink()
+    with pytest.raises(CheckpointError, match=r"shard\.bin is missing"):
+        verify(ckpt)
+    (ckpt / "state.json").write_text('{"iteration": ')
+    with pytest.raises(CheckpointError, match=r"state\.json is corrupt"):
+        verify(ckpt)
+
+
+def test_config_changes_name_training_options_and_ignore_the_layout():
+    from rti_actors.checkpoints import config_changes
+    from rti_actors.config import RTIConfig
+
+    saved = RTIConfig().environment("Navigation-v0").to_dict()
+    same_training = (RTIConfig().environment("Navigation-v0").env_runners(num_env_runners=8)
+                     .reporting(run_name="other").learners(num_cpus_per_learner=2)).to_dict()
+    assert config_changes(saved, same_training) == []
+    other = RTIConfig().environment("Navigation-v0").training(lr=1e-3, group_size=4).to_dict()
+    assert config_changes(saved, other) == ["training.group_size: 8 -> 4", "training.lr: 1e-06 -> 0.001"]

@@ -9,7 +9,7 @@ from rti_actors.engine_actor import LocalEngines
 from rti_actors.env_runner import EnvRunner
 from rti_actors.groups import all_failed, scored_groups
 from rti_actors.trajectory import EpisodeSpec
-from tests.integration.learnable_env import FailingEnv
+from tests.integration.learnable_env import BadValuesEnv, FailingEnv
 
 POLICY = {**DEFAULTS["policy"], "max_new_tokens": 8, "max_model_len": 1024}
 SAMPLING = {"max_tokens": 8, "temperature": 1.0, "top_p": 1.0}
@@ -44,3 +44,20 @@ def test_a_group_left_with_one_scored_episode_is_dropped(runner):
     trajs[2].task_id = "ok"  # an "ok" group of two whose second episode the env failed
     groups, faults = scored_groups(trajs)
     assert groups == [] and faults["faults/groups_dropped"] == 2 and faults["faults/infra_episodes"] == 2
+
+
+def test_bad_rewards_are_env_failures_and_a_flood_is_cut_at_the_context(tiny_model_path):
+    engines = LocalEngines(make_engine("hf", tiny_model_path, max_model_len=1024))
+    runner = EnvRunner(BadValuesEnv, {}, 2, tiny_model_path, POLICY, engines, max_episode_retries=1)
+    trajs = {t.task_id: t for t in runner.sample([EpisodeSpec(t, 0) for t in BadValuesEnv().task_ids("train")],
+                                                 SAMPLING)}
+    for task, shown in (("nan", "nan"), ("inf", "-inf"), ("text", "'one'"), ("none", "None")):
+        t = trajs[task]
+        assert f"returned reward {shown}" in t.infra_error and "finite number" in t.infra_error, t.infra_error
+        assert t.infra_retries == 1
+    assert not trajs["numpy"].infra_error and trajs["numpy"].reward == 0.5
+    flood = trajs["flood"]  # about a million tokens of tool output against a 1024-token context
+    assert not flood.infra_error and flood.context_truncated and flood.truncated
+    assert len(flood.ids) == len(flood.loss_mask) == len(flood.logprobs) == len(flood.token_weight) == 1024
+    groups, faults = scored_groups(list(trajs.values()))
+    assert faults["faults/infra_episodes"] == 4
