@@ -21,7 +21,7 @@ the task's assertions). Who plays the user (``--user``):
     ray job submit --working-dir . -- python examples/tau2.py --domain telecom --algorithm rti \
         --model /models/Qwen3-8B --gpu --num-engines 4 --num-env-runners 16 --tasks-per-iteration 32 \
         --iterations 100 --max-turns 30 --max-new-tokens 1024 --max-model-len 32768 --eval-samples 4 \
-        --user endpoint --user-url http://user-sim:8000/v1 --user-endpoint-model Qwen/Qwen3.5-397B-A17B
+        --user endpoint --user-url https://user-sim:8000/v1 --user-endpoint-model Qwen/Qwen3.5-397B-A17B
 
 What it prints: one metrics line per iteration (reward, success, the share of all-fail
 groups, RTI interventions accepted and how many rescued their group), then Pass@k tables
@@ -62,6 +62,7 @@ def user_config(a) -> dict:
         return {"user": "llm", "user_model": a.user_model, "user_max_tokens": a.user_max_tokens}
     return {"user": "endpoint", "user_endpoint": {"base_url": a.user_url, "model": a.user_endpoint_model,
                                                   "api_key_env": a.user_api_key_env,
+                                                  "allow_insecure_key": a.user_allow_insecure_key,
                                                   "max_tokens": a.user_max_tokens}}
 
 
@@ -90,6 +91,8 @@ def parse_args(argv=None):
     ap.add_argument("--user", default="scripted", choices=["scripted", "llm", "endpoint"])
     ap.add_argument("--user-model", default="policy", help="with --user llm: 'policy' or a local model folder")
     ap.add_argument("--user-url", default="http://localhost:8000/v1", help="with --user endpoint")
+    ap.add_argument("--user-allow-insecure-key", action="store_true",
+                    help="send the endpoint's key over plain http to a host that is not loopback (a trusted network)")
     ap.add_argument("--user-endpoint-model", default="default", help="with --user endpoint: the served model's name")
     ap.add_argument("--user-api-key-env", default="OPENAI_API_KEY", help="environment variable holding the key")
     ap.add_argument("--user-max-tokens", type=int, default=256)

@@ -260,7 +260,7 @@ def resolve_env_config(env_config: dict, policy_engines: list, policy_path: str,
         ep = cfg.get(key)
         if not isinstance(ep, dict) or not ep.get("base_url") or not ep.get("model"):
             raise ConfigError(f"env_config[{key!r}] must be a dict with 'base_url' (e.g. http://host:8000/v1) and "
-                              f"'model' (and optionally 'api_key_env'), got {ep!r}")
+                              f"'model' (and optionally 'api_key_env'), got {sorted(ep) if isinstance(ep, dict) else type(ep).__name__}")
 
     user = cfg.get("user")
     if cfg.get("user_model") is not None and user != "llm":

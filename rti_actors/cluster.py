@@ -101,7 +101,7 @@ def check_shared_paths(model_path: str, run_dir: Path) -> None:
     probe = run_dir / f".node-probe-{uuid.uuid4().hex}"
     probe.write_text("written by the driver; every node must see it\n")
     paths = {"model folder": str(Path(model_path) / "config.json"), "run directory": str(probe)}
-    look = ray.remote(_missing).options(num_cpus=0)
+    look = ray.remote(num_cpus=0)(_missing)
     try:
         answers = ray.get([look.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
                            .remote(paths) for n in nodes])

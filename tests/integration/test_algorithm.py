@@ -293,6 +293,15 @@ def test_publish_installs_the_learners_weights(ray_cluster, flat_model, tmp_path
             .learners(weight_sync=weight_sync).build())
     try:
         assert algo.weight_sync == weight_sync
+        if weight_sync == "broadcast":
+            # what the learner process listens on besides Ray's own worker port (its process
+            # group's store, the weight group's): loopback or the node's own Ray address, never
+            # every interface
+            import psutil
+            info = ray._private.state.actors(algo.learner.ranks[0]._actor_id.hex())
+            ours = [c.laddr.ip for c in psutil.Process(info["Pid"]).net_connections("tcp")
+                    if c.status == psutil.CONN_LISTEN and c.laddr.port != info["Address"]["Port"]]
+            assert len(ours) >= 2 and set(ours) <= {"127.0.0.1", info["Address"]["IPAddress"]}, ours
         m = algo.train()
         assert not m["learner"].get("skipped") and ray.get([e.version.remote() for e in algo.engines]) == [1]
         exported = algo.export_policy(tmp_path / "exported")

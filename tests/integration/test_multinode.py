@@ -2,6 +2,7 @@
 resources; it trains, and a checkpoint of the two-node learner group restores exactly."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -33,7 +34,7 @@ def test_two_node_cluster_trains_and_restores(tmp_path):
         assert sorted(where) == nodes, (kind, where)
 
     assert [r["iteration"] for r in out["first"]] == [1, 2] and all(r["num_episodes"] == 8 for r in out["first"])
-    assert all(r["grad_norm"] > 0 for r in out["first"])
+    assert all(math.isfinite(r["grad_norm"]) and math.isfinite(r["loss"]) for r in out["first"])
     # the sharded checkpoint written by ranks on both nodes restores the run exactly
     ref, got = out["third"], out["restored_third"]
     assert out["restored_iteration"] == 2 and got["iteration"] == ref["iteration"] == 3
