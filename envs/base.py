@@ -42,6 +42,8 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import math
+import reprlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, TypedDict
 
@@ -49,7 +51,7 @@ import gymnasium as gym
 import jsonschema
 
 from envs.spaces import AssistantTurnSpace, MessageListSpace
-from envs.tool_calls import parse_tool_calls
+from envs.tool_calls import parse_tool_calls, turn_from_dict
 
 
 @dataclass(frozen=True)
@@ -144,6 +146,18 @@ def _schema_validator(schema_json: str):
     return cls(schema)
 
 
+def finite_number(value) -> float | None:
+    """``value`` as a float when it is a finite real number (bool, int, float, numpy scalar),
+    else None: text, None and NaN/inf are not rewards."""
+    if value is None or isinstance(value, (str, bytes)):
+        return None
+    try:
+        x = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return x if math.isfinite(x) else None
+
+
 def truncate_text(text: str, max_chars: int) -> str:
     """Keep head and tail of a long tool output, marking the cut."""
     if max_chars <= 0 or len(text) <= max_chars:
@@ -187,7 +201,7 @@ class ToolEnv(gym.Env):
         self.done = False
         self._tools: dict[str, Tool] = {}
         self._call_counter = 0
-        self.actions: list = []  # the assistant turns of this episode, as given to step()
+        self.actions: list = []  # the assistant turns of this episode: step()'s text, or a dict's checked turn
 
     # ---- hooks for subclasses ----------------------------------------------------------
     def task_ids(self, split: str) -> list[str]:
@@ -270,8 +284,10 @@ class ToolEnv(gym.Env):
             raise RuntimeError("call reset() before step()")
         if self.done:
             raise RuntimeError("episode is over; call reset()")
-        self.actions.append(copy.deepcopy(action))
         turn = self._as_turn(action)
+        # A dict action is kept as the checked turn it was read as: it replays the same, and
+        # the original may not even copy (a cycle, nesting past the recursion limit).
+        self.actions.append(action if isinstance(action, str) else copy.deepcopy(turn))
         self.turns += 1
         assistant = {"role": "assistant", "content": turn["content"]}
         if turn["tool_calls"]:
@@ -301,7 +317,11 @@ class ToolEnv(gym.Env):
             reward, breakdown = self.compute_reward()
             info["reward_breakdown"] = breakdown
         info["turns"] = self.turns
-        return copy.deepcopy(new), float(reward), bool(episode_over), bool(truncated), info
+        value = finite_number(reward)
+        if value is None:  # a grader bug, not the agent's failure: the runner never scores it
+            raise ValueError(f"{type(self).__name__}.compute_reward returned {reprlib.repr(reward)}; a reward must "
+                             "be a finite number")
+        return copy.deepcopy(new), value, bool(episode_over), bool(truncated), info
 
     def render(self):
         if self.render_mode == "ansi":
@@ -321,11 +341,7 @@ class ToolEnv(gym.Env):
         if isinstance(action, str):
             return parse_tool_calls(action)
         if isinstance(action, dict) and "content" in action:
-            return {
-                "content": action.get("content") or "",
-                "tool_calls": list(action.get("tool_calls") or []),
-                "parse_error": action.get("parse_error"),
-            }
+            return turn_from_dict(action)
         return {"content": "", "tool_calls": [], "parse_error": f"action must be text or a dict with 'content', got {type(action).__name__}"}
 
     def _tool_message(self, name: str, content: str) -> dict:

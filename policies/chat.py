@@ -38,6 +38,7 @@ with the chosen template and refuses one that is not append-only.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -134,6 +135,16 @@ PROBE_TURNS = [
 ]
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def valid_text(text: str) -> str:
+    """``text`` with every code point UTF-8 cannot encode (a lone surrogate, "\\ud800") replaced
+    by U+FFFD. Tokenizers refuse such text with an exception, and env messages (tool results,
+    simulated users) may carry it: everything the renderer tokenises passes through here."""
+    return _SURROGATE.sub("\ufffd", text)
+
+
 def check_chat_template(value) -> str | None:
     """What is wrong with a ``policy(chat_template=...)`` value, or None when it is usable."""
     if isinstance(value, str) and (value == "auto" or value in FAMILIES or _is_jinja(value)):
@@ -200,6 +211,11 @@ class TokenBuffer:
         self.loss_mask += [1] * len(ids)
         self.logprobs += list(logprobs)
         self.token_weight += [1.0] * len(ids)
+
+    def truncate(self, n: int) -> None:
+        """Keep the first ``n`` tokens (and their per-token entries)."""
+        for seq in (self.ids, self.loss_mask, self.logprobs, self.token_weight):
+            del seq[n:]
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -338,7 +354,7 @@ class ChatRenderer:
         return after[len(before):]
 
     def _encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text, add_special_tokens=False)
+        return self.tokenizer.encode(valid_text(text), add_special_tokens=False)
 
     # ---- token level ----------------------------------------------------------------------
     def _opening(self, messages: list[dict], tools: list[dict] | None,

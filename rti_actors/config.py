@@ -3,7 +3,8 @@
 Every setter returns the config, so a run reads as one chained expression. Nothing is
 checked until ``build()``, which validates everything at once with messages that say what
 to change, freezes the config and returns an ``Algorithm``. ``to_dict`` / ``from_dict``
-round-trip it, so checkpoints carry the config that produced them.
+round-trip it, so checkpoints carry the config that produced them; an API key written into
+an endpoint dict is shown and saved as ``***`` (see "keys" below).
 """
 
 from __future__ import annotations
@@ -11,15 +12,20 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from envs import list_envs
+from envs.openai_client import DEFAULT_KEY_ENV, REDACTED, Secret, inline_key_message, key_may_go_to
 from policies.chat import check_chat_template
 from policies.engines import vllm_available
 from policies.models import BUILTIN_MODELS, is_hub_id, is_model_folder
 
 ALGORITHMS = ("grpo", "gspo", "rti")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+OFFLOADS = ("none", "optimizer", "optimizer+params")
 
 DEFAULTS: dict[str, dict] = {
     "environment": {"env": None, "env_config": {}},
@@ -92,6 +98,203 @@ class ConfigError(ValueError):
     """A configuration that cannot run; the message says what to change."""
 
 
+# ---- what each option may hold -------------------------------------------------------------------
+MAX_INT = 2**63 - 1  # counts, sizes and seeds end up in C integers (Ray, numpy, torch)
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_KINDS = {"bool": (lambda v: isinstance(v, bool), "True or False"),
+          "text": (lambda v: isinstance(v, str) and v.strip() != "", "a non-empty string"),
+          "path": (lambda v: isinstance(v, os.PathLike) or isinstance(v, str) and v != "", "a non-empty path"),
+          "name": (lambda v: isinstance(v, str) and bool(_ENV_NAME.fullmatch(v)),
+                   "an environment variable name (letters, digits and _)"),
+          "dict": (lambda v: isinstance(v, dict), "a dict")}
+
+
+@dataclass(frozen=True)
+class Want:
+    """What one option may hold. ``validate`` checks every option against its ``Want``
+    first, so the checks that relate options after it only see values of the right type."""
+
+    kind: str                # "int", "number", "choice" or a key of _KINDS
+    low: float | None = None
+    high: float | None = None
+    open_low: bool = False   # (low, ... rather than [low, ...
+    open_high: bool = False
+    none: bool = False       # None is allowed too (a default chosen later)
+    inf: bool = False        # float("inf") is allowed too
+    choices: tuple = ()
+    why: str = ""            # what the value means: after the rule, or before a choice
+
+    def accepts(self, v) -> bool:
+        if self.kind == "choice":
+            return any(type(v) is type(c) and v == c for c in self.choices)  # True is not 1
+        if v is None:
+            return self.none
+        if self.kind in _KINDS:
+            return _KINDS[self.kind][0](v)
+        if isinstance(v, bool) or not isinstance(v, int if self.kind == "int" else (int, float)):
+            return False
+        if isinstance(v, float) and (math.isnan(v) or math.isinf(v) and not (self.inf and v > 0)):
+            return False
+        if isinstance(v, int) and abs(v) > MAX_INT:
+            return False
+        return ((self.low is None or (v > self.low if self.open_low else v >= self.low))
+                and (self.high is None or (v < self.high if self.open_high else v <= self.high)))
+
+    def text(self) -> str:
+        if self.kind in _KINDS:
+            s = _KINDS[self.kind][1]
+        elif self.low is not None and self.high is not None:
+            s = (f"an integer from {self.low} to {self.high}" if self.kind == "int" else
+                 f"a finite number in {'(' if self.open_low else '['}{self.low:g}, {self.high:g}"
+                 f"{')' if self.open_high else ']'}")
+        else:
+            s = "an integer" if self.kind == "int" else "a finite number"
+            if self.low is not None:
+                s += f" {'>' if self.open_low else '>='} {self.low:g}"
+        s += " or float('inf')" if self.inf else ""
+        return "None or " + s if self.none else s
+
+    def problem(self, section: str, key: str, v) -> str | None:
+        if self.accepts(v):
+            return None
+        where = f"{section}({key}={_shown(v)})"
+        if self.kind == "choice":
+            return f"{where}: {self.why + '; ' if self.why else ''}choose one of {list(self.choices)}"
+        big = (" and below 2**63" if self.kind in ("int", "number") and isinstance(v, int) and not isinstance(v, bool)
+               and abs(v) > MAX_INT else "")
+        return f"{where} must be {self.text()}{big}" + (f": {self.why}" if self.why else "")
+
+
+def _int(low, high=None, **kw) -> Want:
+    return Want("int", low, high, **kw)
+
+
+def _num(low=None, high=None, **kw) -> Want:
+    return Want("number", low, high, **kw)
+
+
+def _one_of(*choices, why: str = "") -> Want:
+    return Want("choice", choices=choices, why=why)
+
+
+BOOL, TEXT, DICT = Want("bool"), Want("text"), Want("dict")
+COUNT = _int(1)
+CPUS = _num(0)  # Ray resources: fractions allowed, 0 = none
+WANTS: dict[str, dict[str, Want]] = {
+    "environment": {"env_config": DICT},
+    "policy": {"model": Want("path"), "engine": _one_of("vllm", "hf", why="unknown engine ('hf' is transformers)"),
+               "dtype": _one_of(None, "float32", "bfloat16", "float16"), "max_model_len": COUNT,
+               "max_new_tokens": COUNT, "temperature": _num(0), "top_p": _num(0, 1, open_low=True),
+               "fallback_chat_template": _one_of("chatml", None), "tensor_parallel_size": COUNT,
+               "engine_kwargs": DICT},
+    "env_runners": {"num_env_runners": COUNT, "num_envs_per_env_runner": COUNT, "num_cpus_per_env_runner": CPUS,
+                    "num_engines": COUNT, "num_cpus_per_engine": CPUS, "num_gpus_per_engine": CPUS,
+                    "num_threads_per_engine": _int(1, none=True)},
+    "training": {"algorithm": _one_of(*ALGORITHMS, why="unknown algorithm"),
+                 "group_size": _int(2, why="GRPO needs at least 2 samples per task to normalise rewards"),
+                 "tasks_per_iteration": COUNT, "lr": _num(0, open_low=True), "weight_decay": _num(0),
+                 "clip": _num(0, 1, open_low=True, open_high=True), "micro_batch_tokens": COUNT,
+                 "grad_clip": _num(0, why="0 turns clipping off"),
+                 "max_policy_lag": _int(0, why="0 = strictly on-policy"), "skip_zero_variance_groups": BOOL},
+    "learners": {"backend": _one_of("deepspeed", "torch", why="unknown learner backend"),
+                 "zero_stage": _one_of(0, 1, 2, 3), "num_cpus_per_learner": CPUS, "num_gpus_per_learner": CPUS,
+                 "dtype": _one_of(None, "float32", "bfloat16"), "num_threads_per_learner": _int(1, none=True),
+                 "weight_sync": _one_of("auto", "object_store", "broadcast"), "num_learners": COUNT,
+                 "gradient_checkpointing": BOOL, "offload": _one_of(*OFFLOADS)},
+    "interventions": {
+        "ppl_threshold": _num(0, inf=True, why="0 rejects every intervention, inf accepts all"),
+        "eps_cal": _num(0, 1, open_high=True, why="0 turns reweighting off"), "max_accepted_per_group": COUNT,
+        "max_candidates_per_group": COUNT, "interventions_per_trajectory": _one_of(1, 2),
+        "corrector_attempts": COUNT, "corrector_temperature": _num(0), "max_validator_steps": COUNT,
+        "verifier": BOOL, "verifier_llm": BOOL, "group_mode": _one_of("append", "replace"),
+        "exclude_truncated": BOOL, "max_role_tokens": COUNT, "num_role_actors": COUNT, "gate_max_batch": COUNT,
+        "gate_max_wait_ms": _num(0), "endpoint_model": TEXT, "endpoint_api_key_env": Want("name")},
+    "sft": {"lr": _num(0, open_low=True), "epochs": COUNT, "batch_size": COUNT,
+            "min_reward": _num(none=True, why="None keeps every record"), "reset_optimizer": BOOL},
+    "evaluation": {"num_samples": COUNT, "split": TEXT, "num_tasks": _int(1, none=True),
+                   "temperature": _num(0, none=True, why="None uses policy(temperature)")},
+    "fault_tolerance": {"max_restarts": _int(0), "max_task_retries": _int(0), "start_timeout_s": _num(0, open_low=True),
+                        "max_episode_retries": _int(0)},
+    "checkpointing": {"every": _int(0, why="0: never"), "keep": COUNT},
+    "reporting": {"run_dir": Want("path"), "run_name": Want("text", none=True), "tensorboard": BOOL,
+                  "progress_bar": Want("bool", none=True), "plot": BOOL},
+    "debugging": {"seed": _int(0), "check_drift": BOOL, "log_level": _one_of(*LOG_LEVELS)},
+}
+# the options with checks of their own in validate (not a type and a range)
+CHECKED_APART = {"environment": {"env"}, "policy": {"chat_template"}, "training": {"gspo_clip"},
+                 "env_runners": {"custom_resources_per_env_runner", "custom_resources_per_engine"},
+                 "learners": {"custom_resources_per_learner"}, "interventions": {"roles"}}
+
+
+def _shown(v) -> str:
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _is_env_name(v) -> bool:
+    return _KINDS["name"][0](v)
+
+
+# ---- keys ---------------------------------------------------------------------------------------
+# An endpoint dict in env_config ("user_endpoint", "judge_endpoint": kwargs of
+# envs.openai_client.OpenAIChatClient) may name its key inline. The config holds it as a
+# Secret (*** when shown) and saves *** in its place; a restored config reads the key from
+# the endpoint's api_key_env instead.
+_KEY_NAME = re.compile(r"(.*_)?api_key")
+
+
+def _hide_keys(env_config):
+    if isinstance(env_config, dict):
+        for name, ep in env_config.items():
+            if (isinstance(name, str) and name.endswith("_endpoint") and isinstance(ep, dict)
+                    and isinstance(ep.get("api_key"), str) and ep["api_key"] not in ("", REDACTED)):
+                ep["api_key"] = Secret(ep["api_key"], ep.get("api_key_env", DEFAULT_KEY_ENV))
+    return env_config
+
+
+def _redacted(x):
+    """A deep copy of ``x`` with every Secret, and every value under an ``api_key`` key, as ``***``."""
+    if isinstance(x, Secret):
+        return REDACTED
+    if isinstance(x, dict):
+        out = {k: REDACTED if isinstance(k, str) and _KEY_NAME.fullmatch(k) and x[k] is not None and x[k] != ""
+               else _redacted(x[k]) for k in x}
+        if isinstance(x.get("api_key"), Secret):  # the saved dict names where a restored run finds the key
+            out.setdefault("api_key_env", x["api_key"].key_env)
+        return out
+    if isinstance(x, (list, tuple)) and type(x) in (list, tuple):
+        return type(x)(_redacted(v) for v in x)
+    return copy.deepcopy(x)
+
+
+def _endpoint_problems(env_config: dict) -> list[str]:
+    """The ``*_endpoint`` dicts of an env_config: a key comes from the environment (an inline
+    one would be pickled into every env runner's Ray actor arguments), and goes only over
+    https or to a loopback host unless the dict says allow_insecure_key=True."""
+    problems = []
+    for name, ep in env_config.items():
+        if not (isinstance(name, str) and name.endswith("_endpoint") and isinstance(ep, dict)):
+            continue
+        where = f"environment(env_config[{name!r}]"
+        key, allow = ep.get("api_key"), ep.get("allow_insecure_key", False)
+        key_env = ep.get("api_key_env", DEFAULT_KEY_ENV)
+        if not (key_env is None or _is_env_name(key_env)) or not isinstance(allow, bool):
+            problems.append(f"{where}={{...}}): 'api_key_env' must be an environment variable name (or None) and "
+                            f"'allow_insecure_key' True or False, got {_shown(key_env)} and {_shown(allow)}")
+            continue
+        present = bool(key_env and os.environ.get(key_env))
+        if key is not None and key != "" and key != REDACTED:
+            problems.append(f"{where}['api_key']={REDACTED}): {inline_key_message(key_env)}")
+        elif key == REDACTED and not present:
+            problems.append(f"{where}['api_key']={REDACTED!r}) stands for a key left out of a saved config: set the "
+                            f"environment variable {key_env!r} (the endpoint's api_key_env) where the env runners run")
+        elif present and isinstance(ep.get("base_url"), str) and not allow and not key_may_go_to(ep["base_url"]):
+            problems.append(f"{where}['base_url']={ep['base_url']!r}) is not https and not a loopback host, so the key "
+                            f"in ${key_env} would cross the network unencrypted: use https://, set api_key_env=None "
+                            "if the server needs no key, or allow_insecure_key=True if this network is trusted")
+    return problems
+
+
 class RTIConfig:
     """Builder for a training run; the README and examples/ show it in use."""
 
@@ -108,6 +311,8 @@ class RTIConfig:
             if k not in known:
                 raise ConfigError(f"unknown option {section}({k}=...); known options: {sorted(known)}")
             known[k] = copy.deepcopy(v)
+            if section == "environment" and k == "env_config":
+                known[k] = _hide_keys(known[k])
         return self
 
     def environment(self, env=None, *, env_config: dict | None = None) -> "RTIConfig":
@@ -156,7 +361,9 @@ class RTIConfig:
         return self._cfg[section]
 
     def to_dict(self) -> dict:
-        return copy.deepcopy(self._cfg)
+        """Plain data for saving and showing: an inline key reads ``***`` (a config restored
+        from it reads the key from the endpoint's ``api_key_env``)."""
+        return _redacted(self._cfg)
 
     @classmethod
     def from_dict(cls, d: dict) -> "RTIConfig":
@@ -168,10 +375,13 @@ class RTIConfig:
         return cfg
 
     def copy(self) -> "RTIConfig":
-        return RTIConfig.from_dict(self.to_dict())
+        """An unfrozen copy, inline keys included (``to_dict`` would hide them)."""
+        clone = RTIConfig()
+        clone._cfg = copy.deepcopy(self._cfg)
+        return clone
 
     def to_json(self) -> str:
-        return json.dumps(self._cfg, indent=2, sort_keys=True, default=str)
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True, default=str)
 
     def __repr__(self) -> str:
         return f"RTIConfig({self.to_json()})"
@@ -181,87 +391,65 @@ class RTIConfig:
 
     # ---- validation and build --------------------------------------------------------------
     def validate(self, available_cpus: float | None = None, available_gpus: float | None = None) -> None:
-        """Raise ``ConfigError`` naming every problem found, each with what to change."""
+        """Raise ``ConfigError`` naming every problem found, each with what to change.
 
+        Every option is checked against its type and range (``WANTS``) first; the checks
+        that relate options run only on options that passed, so that no value of any option
+        can raise anything but ``ConfigError``.
+        """
         c = self._cfg
         problems: list[str] = []
+        bad: set[tuple[str, str]] = set()
+        for section, wants in WANTS.items():
+            for key, want in wants.items():
+                problem = want.problem(section, key, c[section][key])
+                if problem:
+                    problems.append(problem)
+                    bad.add((section, key))
+
+        def ok(section: str, *keys: str) -> bool:
+            return not any((section, k) in bad for k in keys)
+
         env = c["environment"]["env"]
         if env is None:
-            problems.append("no environment: call .environment('Navigation-v0') (or any id from envs.list_envs())")
-        elif isinstance(env, str) and env not in list_envs():
-            problems.append(f"unknown environment {env!r}: registered ones are {list_envs()}; "
-                            "register yours with envs.register_env(name, creator)")
-        t = c["training"]
-        if t["algorithm"] not in ALGORITHMS:
-            problems.append(f"unknown algorithm {t['algorithm']!r}: choose one of {list(ALGORITHMS)}")
-        if not isinstance(t["group_size"], int) or t["group_size"] < 2:
-            problems.append(f"group_size={t['group_size']}: GRPO needs at least 2 samples per task to normalise rewards")
-        if t["tasks_per_iteration"] < 1:
-            problems.append("tasks_per_iteration must be >= 1")
-        if not (0 < t["clip"] < 1):
-            problems.append(f"clip={t['clip']} must be in (0, 1)")
+            problems.append("environment(env=None): no environment; call .environment('Navigation-v0') (or any id "
+                            "from envs.list_envs())")
+        elif isinstance(env, str):
+            if env not in list_envs():
+                problems.append(f"environment(env={env!r}): unknown environment; registered ones are {list_envs()}; "
+                                "register yours with envs.register_env(name, creator)")
+        elif not callable(env):
+            problems.append(f"environment(env={_shown(env)}) must be a registered environment id (a string) or a "
+                            "creator callable (env_config -> env)")
+        if ok("environment", "env_config"):
+            problems += _endpoint_problems(c["environment"]["env_config"])
+        t, p, r, lr = c["training"], c["policy"], c["env_runners"], c["learners"]
         try:
             gspo_clip_pair(t["gspo_clip"])
         except ConfigError as e:
             problems.append(str(e))
-        if t["lr"] <= 0:
-            problems.append(f"lr={t['lr']} must be > 0")
-        if t["max_policy_lag"] < 0:
-            problems.append("max_policy_lag must be >= 0 (0 = strictly on-policy)")
-        p = c["policy"]
-        if p["engine"] not in ("vllm", "hf"):
-            problems.append(f"unknown engine {p['engine']!r}: choose 'vllm' or 'hf' (transformers)")
-        elif p["engine"] == "vllm":
-            if not vllm_available():
-                problems.append("engine='vllm' but vLLM is not installed: run scripts/setup.sh, or use engine='hf'")
-        if p["temperature"] < 0:
-            problems.append("temperature must be >= 0")
-        if p["max_new_tokens"] >= p["max_model_len"]:
-            problems.append(f"max_new_tokens={p['max_new_tokens']} must be below max_model_len={p['max_model_len']}")
+        if p["engine"] == "vllm" and not vllm_available():
+            problems.append("policy(engine='vllm') but vLLM is not installed: run scripts/setup.sh, or use engine='hf'")
+        if ok("policy", "max_new_tokens", "max_model_len") and p["max_new_tokens"] >= p["max_model_len"]:
+            problems.append(f"policy(max_new_tokens={p['max_new_tokens']}) must be below "
+                            f"policy(max_model_len={p['max_model_len']}), which holds the prompt too")
         tp = p["tensor_parallel_size"]
-        if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
-            problems.append(f"policy(tensor_parallel_size={tp!r}) must be an integer >= 1")
-        elif tp > 1 and (p["engine"] != "vllm" or c["env_runners"]["num_gpus_per_engine"] != tp):
+        if (ok("policy", "tensor_parallel_size", "engine") and ok("env_runners", "num_gpus_per_engine") and tp > 1
+                and (p["engine"] != "vllm" or r["num_gpus_per_engine"] != tp)):
             problems.append(f"policy(tensor_parallel_size={tp}) shards a vLLM engine over {tp} GPUs: use engine='vllm' "
                             f"and env_runners(num_gpus_per_engine={tp}) (now engine={p['engine']!r}, "
-                            f"num_gpus_per_engine={c['env_runners']['num_gpus_per_engine']})")
+                            f"num_gpus_per_engine={r['num_gpus_per_engine']})")
         template_problem = check_chat_template(p["chat_template"])
         if template_problem:
             problems.append(template_problem)
-        r = c["env_runners"]
-        for key in ("num_env_runners", "num_envs_per_env_runner", "num_engines"):
-            if not isinstance(r[key], int) or r[key] < 1:
-                problems.append(f"{key}={r[key]} must be an integer >= 1")
-        lr = c["learners"]
         problems += _custom_resource_problems({("env_runners", k): r[k] for k in CUSTOM_RESOURCES["env_runners"]}
                                               | {("learners", k): lr[k] for k in CUSTOM_RESOURCES["learners"]})
-        if lr["backend"] not in ("deepspeed", "torch"):
-            problems.append(f"unknown learner backend {lr['backend']!r}: choose 'deepspeed' or 'torch'")
-        if lr["zero_stage"] not in (0, 1, 2, 3):
-            problems.append(f"zero_stage={lr['zero_stage']} must be 0, 1, 2 or 3")
-        problems += _learner_group_problems(lr)
-        if lr["weight_sync"] not in ("auto", "object_store", "broadcast"):
-            problems.append(f"weight_sync={lr['weight_sync']!r}: choose 'auto', 'object_store' or 'broadcast'")
-        elif lr["weight_sync"] == "broadcast" and bool(lr["num_gpus_per_learner"]) != bool(r["num_gpus_per_engine"]):
-            problems.append("weight_sync='broadcast' needs the learner and the engines on the same kind of device "
-                            "(both on GPUs: NCCL, or both on CPUs: gloo); use weight_sync='object_store'")
-        elif lr["weight_sync"] == "broadcast" and any(0 < x < 1 for x in (lr["num_gpus_per_learner"],
-                                                                           r["num_gpus_per_engine"])):
-            problems.append("weight_sync='broadcast' with a fraction of a GPU per learner or engine would put two NCCL "
-                            "ranks on one device, which NCCL refuses: give each a whole GPU or use "
-                            "weight_sync='object_store'")
+        if ok("learners", "num_learners", "backend", "zero_stage", "num_cpus_per_learner", "num_gpus_per_learner",
+              "offload"):
+            problems += _learner_group_problems(lr)
+        if ok("learners", "weight_sync", "num_gpus_per_learner") and ok("env_runners", "num_gpus_per_engine"):
+            problems += _broadcast_problems(lr, r)
         problems += _intervention_problems(c["interventions"])
-        sft = c["sft"]
-        if not sft["lr"] > 0:
-            problems.append(f"sft(lr={sft['lr']}) must be > 0")
-        for key in ("epochs", "batch_size"):
-            if not isinstance(sft[key], int) or sft[key] < 1:
-                problems.append(f"sft({key}={sft[key]}) must be an integer >= 1")
-        e = c["evaluation"]
-        if e["num_samples"] < 1:
-            problems.append("evaluation num_samples must be >= 1")
-        if c["debugging"]["log_level"] not in LOG_LEVELS:
-            problems.append(f"debugging(log_level={c['debugging']['log_level']!r}): choose one of {list(LOG_LEVELS)}")
         if not problems and available_cpus is not None:
             need = (r["num_env_runners"] * r["num_cpus_per_env_runner"] + r["num_engines"] * r["num_cpus_per_engine"]
                     + lr["num_learners"] * lr["num_cpus_per_learner"])
@@ -269,8 +457,9 @@ class RTIConfig:
                 problems.append(
                     f"the actors need {need:g} CPUs ({r['num_env_runners']} env runners x {r['num_cpus_per_env_runner']} + "
                     f"{r['num_engines']} engines x {r['num_cpus_per_engine']} + "
-                    f"{_learners_text(lr, 'num_cpus_per_learner')}) but "
-                    f"the cluster has {available_cpus:g}: lower num_env_runners or the num_cpus_per_* options")
+                    f"{_learners_text(lr, 'num_cpus_per_learner')}) but the cluster has {available_cpus:g}: lower "
+                    "env_runners(num_env_runners, num_cpus_per_env_runner, num_engines, num_cpus_per_engine) or "
+                    "learners(num_learners, num_cpus_per_learner)")
         if not problems and available_gpus is not None:
             role_model = c["interventions"]["roles"] not in ("self", "rules") and not str(
                 c["interventions"]["roles"]).startswith(("http://", "https://")) and t["algorithm"] == "rti"
@@ -279,18 +468,9 @@ class RTIConfig:
             if need > available_gpus + 1e-9:
                 problems.append(
                     f"the actors need {need:g} GPUs ({engines} engines x {r['num_gpus_per_engine']} + "
-                    f"{_learners_text(lr, 'num_gpus_per_learner')}) but the cluster has {available_gpus:g}: lower num_engines, "
-                    "num_gpus_per_engine or num_gpus_per_learner, or add GPU nodes")
-        ft = c["fault_tolerance"]
-        for key in ("max_restarts", "max_task_retries", "max_episode_retries"):
-            if not isinstance(ft[key], int) or isinstance(ft[key], bool) or ft[key] < 0:
-                problems.append(f"fault_tolerance({key}={ft[key]!r}) must be an integer >= 0")
-        if not _is_number(ft["start_timeout_s"]) or not ft["start_timeout_s"] > 0:
-            problems.append(f"fault_tolerance(start_timeout_s={ft['start_timeout_s']!r}) must be a number > 0")
-        ck = c["checkpointing"]
-        for key, low in (("every", 0), ("keep", 1)):
-            if not isinstance(ck[key], int) or isinstance(ck[key], bool) or ck[key] < low:
-                problems.append(f"checkpointing({key}={ck[key]!r}) must be an integer >= {low}")
+                    f"{_learners_text(lr, 'num_gpus_per_learner')}) but the cluster has {available_gpus:g}: lower "
+                    "env_runners(num_engines, num_gpus_per_engine) or learners(num_learners, num_gpus_per_learner), "
+                    "or add GPU nodes")
         if problems:
             raise ConfigError("invalid RTIConfig:\n  - " + "\n  - ".join(problems))
 
@@ -308,7 +488,6 @@ def _is_number(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
-OFFLOADS = ("none", "optimizer", "optimizer+params")
 CUSTOM_RESOURCES = {"env_runners": ("custom_resources_per_env_runner", "custom_resources_per_engine"),
                     "learners": ("custom_resources_per_learner",)}
 
@@ -319,8 +498,8 @@ def _custom_resource_problems(options: dict) -> list[str]:
     for (section, key), res in options.items():
         if not isinstance(res, dict) or not all(isinstance(k, str) and k and _is_number(v) and v >= 0
                                                 for k, v in res.items()):
-            problems.append(f"{section}({key}={res!r}) must be a dict of Ray custom resource names to amounts >= 0, "
-                            "e.g. {'rollout_node': 1}")
+            problems.append(f"{section}({key}={_shown(res)}) must be a dict of Ray custom resource names to amounts "
+                            ">= 0, e.g. {'rollout_node': 1}")
         elif set(res) & {"CPU", "GPU", "memory"}:
             problems.append(f"{section}({key}=...) names {sorted(set(res) & {'CPU', 'GPU', 'memory'})}: set CPUs and "
                             "GPUs with the num_cpus_per_* / num_gpus_per_* options, not as custom resources")
@@ -328,36 +507,42 @@ def _custom_resource_problems(options: dict) -> list[str]:
 
 
 def _learner_group_problems(lr: dict) -> list[str]:
-    """num_learners, gradient_checkpointing and offload (the learner group and its memory options)."""
+    """How num_learners, backend, zero_stage and offload fit together (each alone is in WANTS)."""
     problems = []
     n, torch_backend = lr["num_learners"], lr["backend"] == "torch"
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        problems.append(f"learners(num_learners={n!r}) must be an integer >= 1")
-    elif n > 1:
+    if n > 1:
         if torch_backend:
             problems.append(f"learners(backend='torch') runs on one process; use backend='deepspeed' for "
                             f"num_learners={n}")
         if not lr["num_cpus_per_learner"] and not lr["num_gpus_per_learner"]:
-            problems.append(f"num_learners={n} places each rank in a placement-group bundle, which cannot be empty: "
-                            "set num_cpus_per_learner > 0 (or num_gpus_per_learner)")
+            problems.append(f"learners(num_learners={n}) places each rank in a placement-group bundle, which cannot "
+                            "be empty: set num_cpus_per_learner > 0 (or num_gpus_per_learner)")
         if 0 < lr["num_gpus_per_learner"] < 1:
-            problems.append(f"num_learners={n} with num_gpus_per_learner={lr['num_gpus_per_learner']}: NCCL cannot "
-                            "run two ranks on one GPU; give each rank a whole GPU (1) or use num_learners=1")
+            problems.append(f"learners(num_learners={n}) with num_gpus_per_learner={lr['num_gpus_per_learner']}: NCCL "
+                            "cannot run two ranks on one GPU; give each rank a whole GPU (1) or use num_learners=1")
     if torch_backend and lr["zero_stage"] == 3:
-        problems.append("zero_stage=3 partitions the weights, which only DeepSpeed does: use backend='deepspeed' "
-                        "(the torch backend holds everything in one process)")
-    if not isinstance(lr["gradient_checkpointing"], bool):
-        problems.append(f"learners(gradient_checkpointing={lr['gradient_checkpointing']!r}) must be True or False")
+        problems.append("learners(backend='torch') with zero_stage=3 partitions the weights, which only DeepSpeed "
+                        "does: use backend='deepspeed' (the torch backend holds everything in one process)")
     offload = lr["offload"]
-    if offload not in OFFLOADS:
-        problems.append(f"learners(offload={offload!r}): choose one of {list(OFFLOADS)}")
-    elif offload != "none" and (torch_backend or lr["zero_stage"] == 0):
-        problems.append(f"offload={offload!r} is DeepSpeed's ZeRO-Offload: it needs backend='deepspeed' and "
-                        "zero_stage >= 1")
+    if offload != "none" and (torch_backend or lr["zero_stage"] == 0):
+        problems.append(f"learners(offload={offload!r}) is DeepSpeed's ZeRO-Offload: it needs backend='deepspeed' "
+                        "and zero_stage >= 1")
     elif offload == "optimizer+params" and lr["zero_stage"] != 3:
-        problems.append(f"offload='optimizer+params' needs zero_stage=3 (only ZeRO-3 partitions the weights); "
-                        f"with zero_stage={lr['zero_stage']} use offload='optimizer'")
+        problems.append(f"learners(offload='optimizer+params') needs zero_stage=3 (only ZeRO-3 partitions the "
+                        f"weights); with zero_stage={lr['zero_stage']} use offload='optimizer'")
     return problems
+
+
+def _broadcast_problems(lr: dict, r: dict) -> list[str]:
+    if lr["weight_sync"] != "broadcast":
+        return []
+    if bool(lr["num_gpus_per_learner"]) != bool(r["num_gpus_per_engine"]):
+        return ["learners(weight_sync='broadcast') needs the learner and the engines on the same kind of device "
+                "(both on GPUs: NCCL, or both on CPUs: gloo); use weight_sync='object_store'"]
+    if any(0 < x < 1 for x in (lr["num_gpus_per_learner"], r["num_gpus_per_engine"])):
+        return ["learners(weight_sync='broadcast') with a fraction of a GPU per learner or engine would put two NCCL "
+                "ranks on one device, which NCCL refuses: give each a whole GPU or use weight_sync='object_store'"]
+    return []
 
 
 def _learners_text(lr: dict, key: str) -> str:
@@ -366,13 +551,20 @@ def _learners_text(lr: dict, key: str) -> str:
 
 
 def _intervention_problems(iv: dict) -> list[str]:
-
+    """``roles`` (the numbers and switches are in WANTS)."""
     problems = []
     roles = iv["roles"]
     if not isinstance(roles, str) or not roles:
-        problems.append("interventions(roles=...) must be 'self', 'rules' (the env's rti_rules() hook), a local "
-                        "model folder, a Hugging Face hub id ('org/name') or an http(s):// URL")
-    elif roles not in ("self", "rules") and not roles.startswith(("http://", "https://")):
+        problems.append(f"interventions(roles={_shown(roles)}) must be 'self', 'rules' (the env's rti_rules() hook), "
+                        "a local model folder, a Hugging Face hub id ('org/name') or an http(s):// URL")
+    elif roles.startswith(("http://", "https://")):
+        key_env = iv["endpoint_api_key_env"]
+        if _is_env_name(key_env) and os.environ.get(key_env) and not key_may_go_to(roles):
+            problems.append(f"interventions(roles={roles!r}) is not https and not a loopback host, so the key in "
+                            f"${key_env} (interventions(endpoint_api_key_env=...)) would cross the network "
+                            "unencrypted: use https://, or point endpoint_api_key_env at an unset variable if the "
+                            "server needs no key")
+    elif roles not in ("self", "rules"):
         # a hub id is checked by its shape only (nothing is downloaded here); build's load_model
         # resolves it and turns a failure into a ConfigError naming this option
         path = Path(roles).expanduser()
@@ -380,18 +572,6 @@ def _intervention_problems(iv: dict) -> list[str]:
             problems.append(f"interventions(roles={roles!r}): not 'self', 'rules', an http(s):// endpoint, a built-in "
                             f"model {sorted(BUILTIN_MODELS)}, a local model folder with config.json or a Hugging "
                             "Face hub id ('org/name')")
-    if iv["ppl_threshold"] < 0:
-        problems.append("ppl_threshold must be >= 0 (0 rejects every intervention, inf accepts all)")
-    if not 0 <= iv["eps_cal"] < 1:
-        problems.append(f"eps_cal={iv['eps_cal']} must be in [0, 1) (0 turns reweighting off)")
-    if iv["group_mode"] not in ("append", "replace"):
-        problems.append(f"group_mode={iv['group_mode']!r}: choose 'append' or 'replace'")
-    if iv["interventions_per_trajectory"] not in (1, 2):
-        problems.append(f"interventions_per_trajectory={iv['interventions_per_trajectory']} must be 1 or 2")
-    for key in ("max_accepted_per_group", "max_candidates_per_group", "corrector_attempts", "max_validator_steps",
-                "num_role_actors", "max_role_tokens", "gate_max_batch"):
-        if not isinstance(iv[key], int) or iv[key] < 1:
-            problems.append(f"interventions({key}={iv[key]}) must be an integer >= 1")
     return problems
 
 

@@ -29,6 +29,7 @@ everything else (system, user, tool results, template glue) is context with mask
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from envs.base import play
@@ -76,33 +77,60 @@ def write_jsonl(path: str | Path, records: list[dict], append: bool = False) -> 
 
 
 def read_jsonl(path: str | Path, min_reward: float | None = None) -> list[dict]:
-    """Records of a JSONL file; with ``min_reward``, only those that reached it."""
+    """Records of a JSONL file; with ``min_reward``, only those that reached it. A bad line
+    raises ``ValueError`` naming the file and its 1-based line number."""
     records = []
-    with Path(path).open(encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
+    with Path(path).open("rb") as f:  # decoded line by line, so that bad bytes have a line number
+        for n, raw in enumerate(f, 1):
+            where = f"{path}:{n}"
+            try:
+                line = raw.decode("utf-8-sig" if n == 1 else "utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{where}: not valid UTF-8 (byte {e.start} of the line); save the file as "
+                                 "UTF-8") from None
             if not line.strip():
                 continue
             try:
                 r = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{n}: not a JSON object ({e})") from None
-            check_record(r, f"{path}:{n}")
+            except (json.JSONDecodeError, RecursionError) as e:
+                raise ValueError(f"{where}: not valid JSON ({e}); each line must be one JSON object") from None
+            check_record(r, where)
             records.append(r)
     return reaching(records, min_reward)
 
 
 def reaching(records: list[dict], min_reward: float | None) -> list[dict]:
-    """The records whose reward is at least ``min_reward`` (all of them for None)."""
-    return [r for r in records if min_reward is None or float(r.get("reward", 0.0)) >= min_reward]
+    """The records whose reward is at least ``min_reward`` (all of them for None); a record
+    without a reward counts as 0. Records given as a list are checked here, like a file's."""
+    for i, r in enumerate(records):
+        check_record(r, f"demonstration {i}")
+    return [r for r in records if min_reward is None or (r.get("reward") or 0.0) >= min_reward]
+
+
+ROLES = ("system", "user", "assistant", "tool")
 
 
 def check_record(r: dict, where: str = "record") -> None:
-    messages = r.get("messages") if isinstance(r, dict) else None
+    """Raise ``ValueError`` (prefixed with ``where``) saying what is wrong with a record."""
+    if not isinstance(r, dict):
+        raise ValueError(f"{where}: a demonstration is a JSON object with a 'messages' list, got "
+                         f"{type(r).__name__}")
+    messages = r.get("messages")
     if not isinstance(messages, list) or not messages:
         raise ValueError(f"{where}: a demonstration needs a non-empty 'messages' list")
-    for m in messages:
-        if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant", "tool"):
-            raise ValueError(f"{where}: every message needs a role of system/user/assistant/tool, got {m!r:.80}")
+    for i, m in enumerate(messages):
+        _check_message(m, f"{where}: messages[{i}]")
+    reward = r.get("reward")
+    if reward is not None and not _finite(reward):
+        raise ValueError(f"{where}: reward={reward!r:.40} must be a finite number (e.g. 1.0 for a success) or null")
+    for key in ("tools", "demonstration"):
+        if r.get(key) is not None and not isinstance(r[key], list):
+            raise ValueError(f"{where}: '{key}' must be a list (or null), got {type(r[key]).__name__}")
+    k = r.get("num_context_messages")
+    if k is not None and (type(k) is not int or not 1 <= k < len(messages)):
+        raise ValueError(f"{where}: num_context_messages={k!r:.40} must be null (the context is everything before "
+                         f"the first assistant turn) or an integer from 1 to {len(messages) - 1}: how many leading "
+                         "messages are context")
     k = _context_length(r)
     if not any(m["role"] == "assistant" for m in messages[k:]):
         raise ValueError(f"{where}: no assistant turn after the context, so nothing to learn from")
@@ -110,11 +138,34 @@ def check_record(r: dict, where: str = "record") -> None:
         raise ValueError(f"{where}: the first message is an assistant turn; it needs a prompt before it")
 
 
+def _check_message(m, where: str) -> None:
+    if not isinstance(m, dict) or m.get("role") not in ROLES:
+        raise ValueError(f"{where}: every message needs a role of system/user/assistant/tool, got {m!r:.80}")
+    for key in ("content", "reasoning_content"):
+        if m.get(key) is not None and not isinstance(m[key], str):
+            raise ValueError(f"{where}: '{key}' must be a string (or null), got {type(m[key]).__name__}; "
+                             "write the text as one string")
+    calls = m.get("tool_calls")
+    if calls is None:
+        return
+    if not isinstance(calls, list):
+        raise ValueError(f"{where}: 'tool_calls' must be a list, got {type(calls).__name__}")
+    for j, call in enumerate(calls):
+        if not (isinstance(call, dict) and isinstance(call.get("name"), str) and call["name"]
+                and isinstance(call.get("arguments", {}), dict)):
+            raise ValueError(f"{where}: tool_calls[{j}] must be {{\"name\": <non-empty string>, \"arguments\": "
+                             f"{{...}}}}, got {call!r:.80}")
+
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
 def _context_length(r: dict) -> int:
     k = r.get("num_context_messages")
     if k is None:
         return next((i for i, m in enumerate(r["messages"]) if m["role"] == "assistant"), len(r["messages"]))
-    return int(k)
+    return k
 
 
 def to_sample(renderer, record: dict) -> dict:

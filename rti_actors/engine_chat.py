@@ -16,7 +16,7 @@ import functools
 
 import ray
 
-from policies.chat import CHATML_TEMPLATE
+from policies.chat import CHATML_TEMPLATE, valid_text
 from rti_actors.engine_actor import EnginePool
 from rti_actors.env_runner import request_seed
 
@@ -62,7 +62,7 @@ class EngineChat:
             raise ValueError(f"EngineChat max_tokens={self.max_tokens} leaves no room for a prompt in the "
                              f"engine's context of {self.max_model_len} tokens")
         template = tok.chat_template or CHATML_TEMPLATE
-        messages = [{"role": m["role"], "content": m.get("content") or ""} for m in messages]
+        messages = [{"role": m["role"], "content": valid_text(m.get("content") or "")} for m in messages]
         while True:
             text = tok.apply_chat_template(messages, chat_template=template, tokenize=False, add_generation_prompt=True)
             ids = tok.encode(text, add_special_tokens=False)

@@ -10,11 +10,11 @@ sends their generation requests to an engine as one batch.
 from __future__ import annotations
 
 import hashlib
-import math
 import reprlib
 import time
 from dataclasses import dataclass, field
 
+from envs.base import finite_number
 from policies.chat import ChatRenderer, TokenBuffer
 from rti_actors.faults import Restartable
 from rti_actors.trajectory import EpisodeSpec, Trajectory
@@ -26,18 +26,6 @@ def request_seed(*parts) -> int:
     re-run episodes stay reproducible)."""
     digest = hashlib.sha256(repr(parts).encode()).digest()
     return int.from_bytes(digest[:8], "little") >> 1
-
-
-def finite_number(value) -> float | None:
-    """``value`` as a float when it is a finite real number (bool, int, float, numpy scalar),
-    else None: text, None and NaN/inf are not rewards."""
-    if value is None or isinstance(value, (str, bytes)):
-        return None
-    try:
-        x = float(value)
-    except (TypeError, ValueError, OverflowError):
-        return None
-    return x if math.isfinite(x) else None
 
 
 class ReplayError(RuntimeError):

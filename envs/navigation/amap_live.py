@@ -39,7 +39,15 @@ class LiveAmap:
         raise TypeError("LiveAmap holds an API key and is never pickled; build it where it is used")
 
     def _scrub(self, text: str) -> str:
-        return str(text).replace(self.__key, "<redacted>").replace(urllib.parse.quote(self.__key), "<redacted>")
+        # urlencode writes the key with quote_plus (a space becomes +, / becomes %2F); an
+        # error may echo it raw, quoted either way, or JSON-escaped. Longest forms first.
+        k = self.__key
+        forms = {k, urllib.parse.quote(k), urllib.parse.quote(k, safe=""), urllib.parse.quote_plus(k),
+                 json.dumps(k)[1:-1], json.dumps(k, ensure_ascii=False)[1:-1]}
+        text = str(text)
+        for form in sorted(forms, key=len, reverse=True):
+            text = text.replace(form, "<redacted>")
+        return text
 
     def request(self, path: str, params: dict) -> dict:
         query = {k: v for k, v in params.items() if v not in (None, "")}

@@ -24,6 +24,12 @@ from typing import Any, Callable
 from envs.base import Tool, ToolError
 
 _CALC_CHARS = set("0123456789+-*/(). ")
+# Bounds that keep every expression to milliseconds: a length (for the parser), a nesting
+# depth (for the evaluator's recursion) and the size of a power's result (an int result
+# past a float's 1024 bits ends in an overflow anyway; past these it would take minutes).
+_CALC_MAX_CHARS = 1000
+_CALC_MAX_DEPTH = 200
+_CALC_MAX_BITS = 10_000
 
 
 @dataclass(frozen=True)
@@ -120,6 +126,8 @@ class Toolkit:
     def calculate(self, expression: str) -> str:
         if not isinstance(expression, str) or any(c not in _CALC_CHARS for c in expression):
             raise ToolError("Invalid characters in expression")
+        if len(expression) > _CALC_MAX_CHARS:
+            raise ToolError(f"Expression too long: at most {_CALC_MAX_CHARS} characters")
         return str(round(float(_arithmetic(ast.parse(expression.strip(), mode="eval").body)), 2))
 
     @tool("generic", "Transfer the user to a human agent, with a summary of the issue. Only when the "
@@ -134,20 +142,29 @@ _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
 _UNARY = {ast.UAdd: operator.pos, ast.USub: operator.neg}
 
 
-def _arithmetic(node: ast.AST):
+def _arithmetic(node: ast.AST, depth: int = 0):
     """Evaluate the parsed expression with Python's own operators (so results and error
     texts equal upstream's ``eval``), refusing powers that could take minutes to compute
-    (``9**9**9``): upstream would hang there, an RL rollout must not."""
+    (``9**9**9``, ``((9**999)**999)**999``): upstream would hang there, an RL rollout must not."""
+    if depth > _CALC_MAX_DEPTH:
+        raise ToolError(f"Expression too deeply nested: at most {_CALC_MAX_DEPTH} levels")
     if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
         return node.value
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
-        return _UNARY[type(node.op)](_arithmetic(node.operand))
+        return _UNARY[type(node.op)](_arithmetic(node.operand, depth + 1))
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-        left, right = _arithmetic(node.left), _arithmetic(node.right)
-        if isinstance(node.op, ast.Pow) and abs(right) > 1000 and abs(left) > 1:
+        left, right = _arithmetic(node.left, depth + 1), _arithmetic(node.right, depth + 1)
+        if isinstance(node.op, ast.Pow) and _huge_power(left, right):
             raise ToolError("Exponent too large")
         return _BINARY[type(node.op)](left, right)
     raise ToolError("Invalid expression")
+
+
+def _huge_power(base, exponent) -> bool:
+    """An exponent past 1000 on a base past ±1, or an int power of more than ``_CALC_MAX_BITS`` bits."""
+    if abs(exponent) > 1000 and abs(base) > 1:
+        return True
+    return isinstance(base, int) and isinstance(exponent, int) and exponent * base.bit_length() > _CALC_MAX_BITS
 
 
 def _coerce(value: Any, kind: str) -> Any:

@@ -21,6 +21,7 @@ import re
 from pathlib import Path
 
 from envs.openai_client import OpenAIChatClient
+from policies.chat import valid_text
 from rti_actors.faults import Restartable
 from rti_actors.rti.records import Attempt, CorrectQuery, Finding, ValidateQuery, VerifyQuery
 from rti_actors.rti.verdicts import parse_validator, parse_verifier
@@ -92,7 +93,7 @@ class RoleActor(Restartable):
 
     # ---- generation through the provider -----------------------------------------------------
     def _prompt_ids(self, text: str) -> list[int]:
-        prompt = self.tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+        prompt = self.tokenizer.apply_chat_template([{"role": "user", "content": valid_text(text)}], tokenize=False,
                                                     add_generation_prompt=True)
         ids = self.tokenizer.encode(prompt, add_special_tokens=False)
         budget = self.max_model_len - self.max_role_tokens - 1
@@ -160,7 +161,7 @@ class RoleActor(Restartable):
             if not self.reuse_ids:
                 g.ids = None
             if g.ids is None and g.complete:  # another model's text: tokenise the new turn once
-                g.ids = self.policy_tokenizer.encode(g.text.strip(), add_special_tokens=False) + [eos]
+                g.ids = self.policy_tokenizer.encode(valid_text(g.text.strip()), add_special_tokens=False) + [eos]
             elif g.ids is not None and (not g.ids or g.ids[-1] != eos):
                 g.complete = False  # cut by the token limit: not a whole turn
             g.ids = g.ids or []
@@ -205,6 +206,6 @@ class RuleRoles(Restartable):
         out = []
         for q in queries:
             text = self.rules.correct(q.episode.messages, q.episode.actions, q.evidence, q.verdict)
-            ids = self.policy_tokenizer.encode(text, add_special_tokens=False) + [eos] if text else []
+            ids = self.policy_tokenizer.encode(valid_text(text), add_special_tokens=False) + [eos] if text else []
             out.append([Attempt(text or "", ids, bool(text))])
         return out

@@ -8,6 +8,11 @@ without guessing, and returns the LAST object that has the required keys. A trai
 object that never closes means the answer was cut off: then nothing is returned, because
 an earlier object may be an example rather than the verdict (an unparsable verdict counts
 as "valid" and the candidate is skipped; docs/ALGORITHM.md, Validator).
+
+Parsing never raises and its work is linear in the text: each object is decoded with the
+tool-call parser's bounds (``envs.tool_calls.BoundedJSONDecoder``), so an object that is
+nested too deeply, holds a huge number or is longer than ``MAX_JSON_CHARS`` counts as no
+verdict rather than aborting an iteration.
 """
 
 from __future__ import annotations
@@ -15,33 +20,48 @@ from __future__ import annotations
 import json
 import re
 
-_THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
+from envs.tool_calls import MAX_JSON_CHARS, BoundedJSONDecoder
+
+_OPEN_THINK = re.compile(r"<think>", re.IGNORECASE)
+_CLOSE_THINK = re.compile(r"</think>", re.IGNORECASE)
+_SPECIAL = re.compile(r"""[{}"'\\]""")  # the characters _objects acts on
+_LITERAL = re.compile(r"(True|False|None)\b")
+_BEFORE_CLOSER = re.compile(r"\s*[}\]]")  # what makes a comma trailing
+_JSON = BoundedJSONDecoder(strict=False)  # strict=False: a raw newline inside a string is common and harmless
 _TRUE_WORDS = {"true", "yes", "y", "1", "valid", "pass", "passed", "ok", "是", "对", "正确", "有效", "通过"}
 _FALSE_WORDS = {"false", "no", "n", "0", "invalid", "fail", "failed", "否", "不", "错误", "无效", "不通过"}
 
 
 def _drop_thinking(text: str) -> str | None:
-    """Text without think blocks; None when a think block never closes (cut-off output)."""
-    text = _THINK.sub("", text)
-    low = text.lower()
-    if "</think>" in low:  # the template opened the block inside the prompt
-        text = text[low.rindex("</think>") + len("</think>"):]
-        low = text.lower()
-    if "<think>" in low:
-        head = text[:low.index("<think>")]
+    """Text without think blocks; None when a think block never closes (cut-off output).
+
+    Blocks are found left to right with plain searches: a lazy ``<think>.*?</think>``
+    pattern re-scans the whole tail after every unclosed ``<think>`` (quadratic)."""
+    kept, i = [], 0
+    while (o := _OPEN_THINK.search(text, i)) and (c := _CLOSE_THINK.search(text, o.end())):
+        kept.append(text[i:o.start()])
+        i = c.end()
+    text = "".join(kept) + text[i:]
+    closes = [m.end() for m in _CLOSE_THINK.finditer(text)]
+    if closes:  # the template opened the block inside the prompt
+        text = text[closes[-1]:]
+    o = _OPEN_THINK.search(text)
+    if o:
+        head = text[:o.start()]
         return head if "{" in head else None
     return text
 
 
 def _objects(text: str) -> tuple[list[str], bool]:
     """Top-level balanced ``{...}`` spans (quote-aware), and whether one is left open."""
-    spans, depth, start, quote, escape = [], 0, -1, "", False
-    for i, ch in enumerate(text):
+    spans, depth, start, quote, escaped = [], 0, -1, "", -1
+    for m in _SPECIAL.finditer(text):  # only these characters change the state
+        i, ch = m.start(), m.group()
         if quote:
-            if escape:
-                escape = False
-            elif ch == "\\":
-                escape = True
+            if i == escaped:  # the character after a backslash
+                continue
+            if ch == "\\":
+                escaped = i + 1
             elif ch == quote:
                 quote = ""
             continue
@@ -84,7 +104,7 @@ def _to_json(src: str) -> str:
             out.append('"' + body + '"')
             i = j + 1
             continue
-        m = re.match(r"(True|False|None)\b", src[i:])
+        m = _LITERAL.match(src, i) if ch in "TFN" else None
         if m and (i == 0 or not (src[i - 1].isalnum() or src[i - 1] == "_")):
             out.append({"True": "true", "False": "false", "None": "null"}[m.group(1)])
             i += len(m.group(1))
@@ -94,21 +114,21 @@ def _to_json(src: str) -> str:
             i = n if i < 0 else i
             continue
         ch = {"：": ":", "，": ","}.get(ch, ch)
-        if ch == ",":
-            rest = src[i + 1:].lstrip()
-            if rest[:1] in ("}", "]"):
-                i += 1
-                continue
+        if ch == "," and _BEFORE_CLOSER.match(src, i + 1):
+            i += 1
+            continue
         out.append(ch)
         i += 1
     return "".join(out)
 
 
 def _load(span: str):
+    if len(span) > MAX_JSON_CHARS:  # past the decoder's bound: not worth repairing either
+        return None
     for candidate in (span, None):
-        try:  # strict=False: a raw newline inside a string is common and harmless
-            return json.loads(candidate if candidate is not None else _to_json(span), strict=False)
-        except (json.JSONDecodeError, ValueError):
+        try:  # ValueError: not JSON, or past the decoder's bounds
+            return _JSON.decode(candidate if candidate is not None else _to_json(span))
+        except ValueError:
             continue
     return None
 

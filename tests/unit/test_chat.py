@@ -62,6 +62,14 @@ def test_drift_is_reported(tokenizer):
     assert d is not None and d["index"] == 5
 
 
+def test_invalid_code_points_become_replacement_characters(tokenizer):
+    # A lone surrogate would make the tokenizer raise; the renderer replaces it with U+FFFD.
+    r = ChatRenderer(tokenizer)
+    messages, _ = r.begin([{"role": "user", "content": "hi \ud800"}])
+    ids = r.messages_ids(messages, [{"role": "tool", "name": "x", "content": "bad \udfff result"}])
+    assert "bad \ufffd result" in tokenizer.decode(ids)
+
+
 def test_truncated_generation_is_closed_with_eos(tokenizer):
     r = ChatRenderer(tokenizer)
     gen = tokenizer.encode("cut mid", add_special_tokens=False)

@@ -8,6 +8,7 @@ import torch
 
 from envs import format_assistant_turn, make_env
 from policies.chat import ChatRenderer
+from rti_actors import demonstrations
 from rti_actors.demonstrations import check_record, from_trajectory, read_jsonl, record_agent, to_sample, write_jsonl
 from rti_actors.losses import sft_loss
 from rti_actors.trajectory import Trajectory
@@ -61,6 +62,69 @@ def test_bad_records_say_what_is_wrong(tmp_path):
     bad.write_text('{"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]}\nnot json\n')
     with pytest.raises(ValueError, match="bad.jsonl:2"):
         read_jsonl(bad)
+
+
+GOOD = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}], "reward": 1.0}
+
+
+def _line(**changes) -> str:
+    return json.dumps({**GOOD, **changes})
+
+
+def _with_message(**fields) -> str:
+    return _line(messages=[GOOD["messages"][0], {"role": "assistant", "content": "ok", **fields}])
+
+
+# (what line 3 of the file holds, after a good line and a blank one; what the error must say)
+BAD_LINES = {
+    "string reward": (_line(reward="1.0"), r"reward='1.0' must be a finite number"),
+    "NaN reward": (_line(reward=1.0).replace("1.0", "NaN"), r"reward=nan must be a finite number"),
+    "infinite reward": (_line(reward=1.0).replace("1.0", "-Infinity"), r"reward=-inf must be a finite number"),
+    "boolean reward": (_line(reward=True), r"reward=True must be a finite number"),
+    "tool_calls not a list": (_with_message(tool_calls={"name": "f", "arguments": {}}),
+                              r"messages\[1\]: 'tool_calls' must be a list, got dict"),
+    "tool call without a name": (_with_message(tool_calls=[{"arguments": {}}]),
+                                 r"messages\[1\]: tool_calls\[0\] must be \{\"name\""),
+    "tool call arguments as a list": (_with_message(tool_calls=[{"name": "f", "arguments": [1]}]),
+                                      r"tool_calls\[0\] must be"),
+    "content a number": (_with_message(content=42), r"messages\[1\]: 'content' must be a string \(or null\), got int"),
+    "content a list of parts": (_with_message(content=[{"type": "text", "text": "ok"}]),
+                                r"'content' must be a string \(or null\), got list"),
+    "a list, not an object": ("[1, 2]", r"a demonstration is a JSON object with a 'messages' list, got list"),
+    "a string, not an object": ('"hello"', r"a JSON object .* got str"),
+    "not JSON": ("{'messages': []}", r"not valid JSON .*each line must be one JSON object"),
+    "negative num_context_messages": (_line(num_context_messages=-1), r"num_context_messages=-1 must be null .* "
+                                      r"or an integer from 1 to 1"),
+    "fractional num_context_messages": (_line(num_context_messages=1.5), r"num_context_messages=1.5 must be null"),
+    "num_context_messages past the end": (_line(num_context_messages=2), r"num_context_messages=2 must be null"),
+    "tools not a list": (_line(tools={"name": "f"}), r"'tools' must be a list \(or null\), got dict"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_LINES))
+def test_a_bad_line_names_the_file_and_line(case, tmp_path):
+    line, needle = BAD_LINES[case]
+    path = tmp_path / "demos.jsonl"
+    path.write_text(_line() + "\n\n" + line + "\n" + _line() + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=rf"demos\.jsonl:3: .*{needle}"):
+        read_jsonl(path)
+
+
+def test_invalid_utf8_names_the_file_and_line(tmp_path):
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes((_line() + "\n").encode() + json.dumps({**GOOD, "task_id": "caf\u00e9"}, ensure_ascii=False).encode("latin-1") + b"\n")
+    with pytest.raises(ValueError, match=r"latin1\.jsonl:2: not valid UTF-8 .*save the file as UTF-8"):
+        read_jsonl(path)
+    path.write_bytes(b"\xef\xbb\xbf" + (_line() + "\r\n").encode())  # a BOM and Windows line ends are fine
+    assert read_jsonl(path) == [GOOD]
+
+
+def test_bad_records_given_as_a_list_are_named_too():
+    with pytest.raises(ValueError, match=r"demonstration 1: reward=nan"):
+        demonstrations.reaching([GOOD, {**GOOD, "reward": float("nan")}], 1.0)
+    with pytest.raises(ValueError, match=r"record: num_context_messages=-1 must be null"):
+        check_record({**GOOD, "num_context_messages": -1})
+    assert demonstrations.reaching([GOOD, {**GOOD, "reward": None}], 1.0) == [GOOD]  # no reward counts as 0
 
 
 def _spans(mask):

@@ -74,6 +74,9 @@ def test_wrong_answer_gets_zero():
     ('<tool_call>{"name": 5, "arguments": {}}</tool_call>', "must be a non-empty string"),
     ('<tool_call>{"name": "add", "args": {}}</tool_call>', "unknown keys"),
     ('<tool_call>{"name": "add", "arguments": {"x": 1, "y": 2, "pad": "' + "x" * 5000 + '"}}</tool_call>', "limit is"),
+    ('<tool_call>{"name": "add", "arguments": {"x": ' + "9" * 5000 + ', "y": 2}}</tool_call>', "digits"),
+    ({"content": "", "tool_calls": "add"}, "must be a list"),
+    ({"content": "", "tool_calls": [["add"]]}, "must be an object"),
 ])
 def test_bad_actions_become_error_observations(action, needle):
     env = CalcEnv({})
@@ -132,3 +135,13 @@ def test_optional_rti_hooks_have_generic_defaults():
     assert facts["tool_output_keys"] == [] and facts["coordinate_tolerance_deg"] == 0.0
     facts["tool_output_weak_keys"].append("sum")  # a copy: the default stays as it was
     assert "sum" not in CalcEnv({}).verifier_facts()["tool_output_weak_keys"]
+
+
+def test_finite_number_accepts_real_numbers_only():
+    import numpy as np
+
+    from envs.base import finite_number
+
+    assert [finite_number(v) for v in (1, 0.5, True, np.float32(0.25), np.int64(2))] == [1.0, 0.5, 1.0, 0.25, 2.0]
+    assert [finite_number(v) for v in (float("nan"), float("inf"), -float("inf"), "1.0", b"1", None, [1], 10**400)] \
+        == [None] * 8

@@ -53,7 +53,7 @@ def test_bad_rewards_are_env_failures_and_a_flood_is_cut_at_the_context(tiny_mod
                                                  SAMPLING)}
     for task, shown in (("nan", "nan"), ("inf", "-inf"), ("text", "'one'"), ("none", "None")):
         t = trajs[task]
-        assert f"returned reward {shown}" in t.infra_error and "finite number" in t.infra_error, t.infra_error
+        assert f"compute_reward returned {shown}" in t.infra_error and "finite number" in t.infra_error, t.infra_error
         assert t.infra_retries == 1
     assert not trajs["numpy"].infra_error and trajs["numpy"].reward == 0.5
     flood = trajs["flood"]  # about a million tokens of tool output against a 1024-token context

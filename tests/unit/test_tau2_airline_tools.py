@@ -222,5 +222,8 @@ def test_read_tools_and_generic_tools(env):
     assert call(env, "calculate", expression="(1+")[1]
     assert call(env, "calculate", expression="2 ** 10 // 3 - -1.5") == ("342.5", False)
     fails(env, "calculate", "Exponent too large", expression="9**9**9")
+    fails(env, "calculate", "Exponent too large", expression="((9**999)**999)**999")  # minutes otherwise
+    fails(env, "calculate", "Expression too long", expression="1+" * 600 + "1")
+    fails(env, "calculate", "too deeply nested", expression="-" * 300 + "1")
     assert call(env, "transfer_to_human_agents", summary="x") == ("Transfer successful", False)
     fails(env, "book_flight", "Tool 'book_flight' not found.")

@@ -2,7 +2,7 @@
 
 import pytest
 
-from envs.tool_calls import format_assistant_turn, format_tool_call, parse_tool_calls
+from envs.tool_calls import format_assistant_turn, format_tool_call, parse_tool_calls, turn_from_dict
 
 
 def test_single_and_multiple_calls():
@@ -27,6 +27,10 @@ def test_plain_text_has_no_calls():
     ('<tool_call>[1, 2]</tool_call>', "must be a JSON object"),
     ('hello <tool_call>{"name": "a", "arguments": {}}', "unclosed"),
     ('hello {"name": "a"}</tool_call>', "without a matching"),
+    ('<tool_call>{"name": "a", "arguments": {"x": ' + "[" * 40 + "]" * 40 + '}}</tool_call>', "deeper than 32 levels"),
+    ('<tool_call>{"name": "a", "arguments": {"x": ' + "9" * 5000 + '}}</tool_call>', "at most 100 digits"),
+    ('<tool_call>{"name": "a", "arguments": {"x": "' + "y" * 100_000 + '"}}</tool_call>', "longer than 100000"),
+    ('<tool_call>{"name": "a", "arguments": "[' + "9" * 200 + ']"}</tool_call>', "at most 100 digits"),
 ])
 def test_malformed_calls_give_structured_errors(text, needle):
     out = parse_tool_calls(text)
@@ -52,3 +56,15 @@ def test_format_round_trips():
     text = format_assistant_turn("On it.", calls)
     assert parse_tool_calls(text) == {"content": "On it.", "tool_calls": calls, "parse_error": None}
     assert parse_tool_calls(format_tool_call("x", {}))["tool_calls"] == [{"name": "x", "arguments": {}}]
+
+
+def test_dict_turns_are_checked_like_text():
+    good = {"content": "On it.", "tool_calls": [{"name": "a", "arguments": {"k": 1}}]}
+    assert turn_from_dict(good) == {"content": "On it.", "tool_calls": [{"name": "a", "arguments": {"k": 1}}],
+                                    "parse_error": None}
+    for action, needle in [({"content": "", "tool_calls": "a"}, "must be a list"),
+                           ({"content": "", "tool_calls": [1]}, "must be an object"),
+                           ({"content": 5}, "'content' must be a string"),
+                           ({"content": "", "tool_calls": [{"name": "a", "arguments": {"x": {1}}}]}, "JSON data")]:
+        out = turn_from_dict(action)
+        assert out["tool_calls"] == [] and needle in out["parse_error"], out

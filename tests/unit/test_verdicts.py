@@ -37,6 +37,8 @@ def test_recovers_the_verdict(text):
     '{"error_types": []}',                                # required key missing
     '{"is_valid": "maybe"}',                              # wrong type for a strict bool
     "[1, 2, 3]",
+    '{"is_valid": false, "x": ' + "[" * 2000 + "]" * 2000 + "}",  # past the nesting bound
+    '{"is_valid": false, "x": ' + "9" * 5000 + "}",                 # past the digit bound
 ])
 def test_broken_or_partial_gives_none(text):
     assert parse_json_verdict(text, REQ) is None
