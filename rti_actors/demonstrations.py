@@ -92,7 +92,7 @@ def read_jsonl(path: str | Path, min_reward: float | None = None) -> list[dict]:
                 continue
             try:
                 r = json.loads(line)
-            except (json.JSONDecodeError, RecursionError) as e:
+            except (ValueError, RecursionError) as e:  # JSONDecodeError, and ints past Python's digit limit
                 raise ValueError(f"{where}: not valid JSON ({e}); each line must be one JSON object") from None
             check_record(r, where)
             records.append(r)

@@ -96,27 +96,8 @@ def test_learning_signal_raises_success(ray_cluster, tiny_model_path, tmp_path):
     assert last > first + 0.4, (target, first, curve, last)
 
 
-def test_checkpoint_restore_continues_exactly(ray_cluster, flat_model, tmp_path):
-    cfg = _config(flat_model, tmp_path, lr=1e-3)
-    a = cfg.build()
-    try:
-        a.train()
-        ckpt = a.save(tmp_path / "ckpt")
-        ref = a.train()
-    finally:
-        a.stop()
-    b = cfg.copy().reporting(run_name="restored").build()
-    try:
-        b.restore(ckpt)
-        got = b.train()
-    finally:
-        b.stop()
-    assert got["iteration"] == ref["iteration"] == 2
-    assert got["reward_mean"] == ref["reward_mean"]
-    assert got["learner"]["loss"] == pytest.approx(ref["learner"]["loss"], rel=1e-5, abs=1e-7)
-
-
-def test_restore_is_all_or_nothing_and_refuses_other_training_options(ray_cluster, flat_model, tmp_path):
+def test_restore_continues_exactly_all_or_nothing_and_refuses_other_training_options(ray_cluster, flat_model,
+                                                                                     tmp_path):
     import shutil
 
     from rti_actors.checkpoints import CheckpointError
@@ -127,7 +108,7 @@ def test_restore_is_all_or_nothing_and_refuses_other_training_options(ray_cluste
     try:
         a.train()
         ckpt = a.save(tmp_path / "ckpt")
-        a.train()
+        ref = a.train()
         weights = ray.get(a.learner.get_weights())
         bad = tmp_path / "bad"
         shutil.copytree(ckpt, bad)
@@ -144,10 +125,14 @@ def test_restore_is_all_or_nothing_and_refuses_other_training_options(ray_cluste
         with pytest.raises(ConfigError, match=r"training\.lr: 0\.001 -> 0\.01"):
             b.restore(ckpt)
         assert b.restore(ckpt, allow_config_change=True) == ["training.lr: 0.001 -> 0.01"]
-        m = b.train()
-        assert m["iteration"] == 2 and m["learner"]["lr"] == 1e-2
+        got = b.train()
     finally:
         b.stop()
+    # the same rollouts and the same loss before the step as the run that was not restored,
+    # then this run's learning rate
+    assert got["iteration"] == ref["iteration"] == 2 and got["reward_mean"] == ref["reward_mean"]
+    assert got["learner"]["loss"] == pytest.approx(ref["learner"]["loss"], rel=1e-5, abs=1e-7)
+    assert got["learner"]["lr"] == 1e-2 and ref["learner"]["lr"] == 1e-3
 
 
 def test_a_nan_reward_is_an_env_failure_and_a_nan_gradient_skips_the_step(ray_cluster, flat_model, tmp_path):
@@ -248,6 +233,20 @@ def test_an_engine_that_cannot_start_fails_build(ray_cluster, tiny_model_path, t
     while time.time() < deadline and ray.available_resources().get("CPU", 0.0) < free:
         time.sleep(0.2)
     assert ray.available_resources().get("CPU", 0.0) >= free - 1e-6  # (an earlier test's actors may still be leaving)
+
+
+def test_a_run_dir_that_cannot_be_written_frees_the_started_actors(ray_cluster, tiny_model_path, tmp_path):
+    # every actor started and answered; then config.json cannot be written (a folder sits
+    # where it goes): the error comes back and the actors give their CPUs back
+    import time
+    (tmp_path / "runs" / "blocked" / "config.json").mkdir(parents=True)
+    free = ray.available_resources().get("CPU", 0.0)
+    with pytest.raises(IsADirectoryError, match="config.json"):
+        _config(tiny_model_path, tmp_path).reporting(run_name="blocked").build()
+    deadline = time.time() + 30
+    while time.time() < deadline and ray.available_resources().get("CPU", 0.0) < free:
+        time.sleep(0.2)
+    assert ray.available_resources().get("CPU", 0.0) >= free - 1e-6
 
 
 @ray.remote

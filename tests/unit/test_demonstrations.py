@@ -175,3 +175,43 @@ def test_sft_loss_ignores_unmasked_positions_and_matches_hand_computation():
     changed = torch.where(mask, logp, torch.full_like(logp, -50.0))
     assert sft_loss(changed, tw, mask)[0].item() == pytest.approx(loss.item())
     assert sft_loss(logp, tw, mask, num_tokens=6)[0].item() == pytest.approx(loss.item() / 2)
+
+
+def test_fuzzed_files_load_or_name_the_file_and_line(tmp_path):
+    # seeded: random bytes, random JSON values, valid records with one field mutated, deep
+    # nesting and huge numbers; every file either loads or fails with its name and a line
+    import random
+
+    rng = random.Random(7)
+    junk = [None, True, -1, 1e309, float("nan"), "x", [], {}, [1, "a"], {"role": 3}, "\ud800", 10**50]
+    mutations = ["reward", "messages", "tool_calls", "content", "role", "num_context_messages", "tools"]
+
+    def line() -> bytes:
+        kind = rng.randrange(5)
+        if kind == 0:
+            return bytes(rng.randrange(256) for _ in range(rng.randrange(1, 40)))
+        if kind == 1:
+            return json.dumps(rng.choice(junk)).encode()
+        if kind == 2:
+            return (b"[" * rng.randrange(500, 3000)) + b"1" + (b"]" * rng.randrange(500, 3000))
+        if kind == 3:
+            return b'{"reward": ' + b"9" * rng.randrange(4000, 6000) + b', "messages": []}'
+        record = json.loads(json.dumps(GOOD))
+        key = rng.choice(mutations)
+        if key in ("reward", "messages", "tools", "num_context_messages"):
+            record[key] = rng.choice(junk)
+        else:
+            record["messages"][1][key] = rng.choice(junk)
+        return json.dumps(record).encode(errors="surrogatepass")
+
+    cases = 0
+    for i in range(300):
+        lines = [json.dumps(GOOD).encode()] * rng.randrange(3) + [line()]
+        path = tmp_path / f"f{i}.jsonl"
+        path.write_bytes(b"\n".join(lines) + b"\n")
+        try:
+            read_jsonl(path)
+        except ValueError as e:
+            assert f"{path}:{len(lines)}" in str(e), str(e)[:300]
+        cases += 1
+    assert cases == 300
