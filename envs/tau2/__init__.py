@@ -2,7 +2,8 @@
 
 Implemented from the behavioural specification of τ²-Bench (Sierra Research, MIT): the
 domains' tools and data models, the telecom phone and its sync with the carrier CRM, the
-orchestration with a simulated user, and τ²'s reward. See ``env.py`` for the env_config.
+orchestration with a simulated user, and τ²'s reward. See ``env.py`` for the env_config and
+``DEVIATIONS.md`` for every deliberate difference from the original.
 
     import gymnasium as gym, envs
     env = gym.make("Tau2Telecom-v0", env_config={

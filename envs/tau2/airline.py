@@ -25,6 +25,7 @@ AIRPORTS = (("SFO", "San Francisco"), ("JFK", "New York"), ("LAX", "Los Angeles"
 FLIGHT_INFO = {"flight_number": "str", "date": "str"}
 PASSENGER = {"first_name": "str", "last_name": "str", "dob": "str"}
 PAYMENT = {"payment_id": "str", "amount": "int"}
+RESERVATION_FIELDS = {"origin": "str", "destination": "str", "total_baggages": "int", "nonfree_baggages": "int"}
 _FLIGHT_FIELDS = ("flight_number", "origin", "destination", "scheduled_departure_time_est",
                   "scheduled_arrival_time_est", "dates")
 _SEGMENT_FIELDS = ("flight_number", "origin", "destination", "date", "price")
@@ -50,6 +51,11 @@ def normalise_db(db: dict) -> dict:
     for user in db["users"].values():
         user["address"].setdefault("address2", None)
     return db
+
+
+def _matches(value: str, wanted) -> bool:
+    """A search criterion: upstream treats a null origin or destination as any airport."""
+    return wanted is None or value == wanted
 
 
 class AirlineTools(Toolkit):
@@ -103,7 +109,14 @@ class AirlineTools(Toolkit):
             if method["amount"] < price:
                 raise ToolError("Gift card balance is not enough")
             method["amount"] = method["amount"] - price
-        return {"payment_id": payment_id, "amount": price} if price != 0 else None
+        if price == 0:
+            return None
+        # Fractional bag counts give a float price. Upstream's payment record holds an int: a
+        # whole price is stored as one, a fractional one fails the call, after the gift card
+        # above was charged (reproduced, as the DB check sees that balance).
+        if isinstance(price, float) and not price.is_integer():
+            raise ToolError(f"Payment amount {price} is not a whole number of dollars")
+        return {"payment_id": payment_id, "amount": int(price)}
 
     # ---- tools ------------------------------------------------------------------------------
     @tool("write", "Book a reservation for a user and charge the given payment methods.",
@@ -124,15 +137,21 @@ class AirlineTools(Toolkit):
         reservation_id = next((r for r in RESERVATION_IDS if r not in self.db["reservations"]), None)
         if reservation_id is None:
             raise ToolError("Too many reservations")
-        bags = make_record("Reservation", {"total_baggages": total_baggages, "nonfree_baggages": nonfree_baggages},
-                           {"total_baggages": "int", "nonfree_baggages": "int"})
+        fields = make_record("Reservation", {"origin": origin, "destination": destination, "total_baggages":
+                             total_baggages, "nonfree_baggages": nonfree_baggages}, RESERVATION_FIELDS)
         reservation = {
-            "reservation_id": reservation_id, "user_id": user_id, "origin": origin, "destination": destination,
+            "reservation_id": reservation_id, "user_id": user_id, "origin": fields["origin"],
+            "destination": fields["destination"],
             "flight_type": check_literal("flight_type", flight_type, ("one_way", "round_trip")),
             "cabin": check_literal("cabin", cabin, CABINS), "flights": [], "passengers": passengers,
-            "payment_history": payments, "created_at": NOW, **bags,
+            "payment_history": payments, "created_at": NOW, "total_baggages": fields["total_baggages"],
+            "nonfree_baggages": fields["nonfree_baggages"],
             "insurance": check_literal("insurance", insurance, ("yes", "no")), "status": None,
         }
+        if isinstance(nonfree_baggages, str):
+            # Upstream's record accepts a numeric string, but its price adds the raw argument
+            # (50 * "1" is a string), so the booking fails there; it fails here too.
+            raise ToolError(f"nonfree_baggages must be a number, not the string {nonfree_baggages!r}")
         n = len(passengers)
         total = 0
         for info in flights:
@@ -191,7 +210,7 @@ class AirlineTools(Toolkit):
           date=("string", "The date, YYYY-MM-DD."))
     def search_direct_flight(self, origin, destination, date):
         return [self._direct(f, date, None) for f in self.db["flights"].values()
-                if f["origin"] == origin and f["destination"] == destination
+                if _matches(f["origin"], origin) and _matches(f["destination"], destination)
                 and f["dates"].get(date, {}).get("status") == "available"]
 
     @staticmethod
@@ -215,14 +234,14 @@ class AirlineTools(Toolkit):
 
         out = []
         for first in flights:
-            if first["origin"] != origin or not available(first, date):
+            if not _matches(first["origin"], origin) or not available(first, date):
                 continue
             date2 = date
             if "+1" in first["scheduled_arrival_time_est"]:
                 # Quirk reproduced: no zero padding, so 2024-05-05 -> 2024-05-6 (no flights).
                 date2 = "2024-05-" + str(int(date[-2:]) + 1)
             for second in flights:
-                if (second["origin"] == first["destination"] and second["destination"] == destination
+                if (second["origin"] == first["destination"] and _matches(second["destination"], destination)
                         and available(second, date2)
                         and second["scheduled_departure_time_est"] >= first["scheduled_arrival_time_est"]):
                     out.append([self._direct(first, date, date), self._direct(second, date2, date2)])

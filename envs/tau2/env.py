@@ -26,7 +26,7 @@ import warnings
 from envs.base import Task, Tool, ToolEnv
 from envs.tau2.data import Tau2Data, resolve_data_dir
 from envs.tau2.domains import build_environment, policy_text
-from envs.tau2.evaluator import evaluate
+from envs.tau2.evaluator import evaluate, reward_basis
 from envs.tau2.llm_user import LLMUser, OpenAIChatClient
 from envs.tau2.users import ScriptedUser, UserContext, UserSimulator, is_stop, user_system_prompt
 
@@ -118,7 +118,7 @@ class Tau2Env(ToolEnv):
                 "communicate_info": list(criteria.get("communicate_info") or []),
                 "env_assertions": copy.deepcopy(criteria.get("env_assertions") or []),
                 "nl_assertions": list(criteria.get("nl_assertions") or []),
-                "reward_basis": list(criteria.get("reward_basis") or ["DB", "COMMUNICATE"]),
+                "reward_basis": reward_basis(criteria),
                 "user_scenario": copy.deepcopy(task["user_scenario"])}
 
     # ---- episode ------------------------------------------------------------------------------

@@ -75,6 +75,13 @@ def action_met(trajectory: list[dict], gold: dict) -> bool:
     return False
 
 
+def reward_basis(criteria: dict) -> list[str]:
+    """The components scored; the default only when the key is absent (or null, which
+    upstream's task model would reject), so an empty basis scores 1.0 as upstream's does."""
+    basis = criteria.get("reward_basis")
+    return list(DEFAULT_REWARD_BASIS if basis is None else basis)
+
+
 def evaluate(data: Tau2Data, domain: str, task: dict, trajectory: list[dict], termination_reason: str,
              live: Tau2Environment, nl_judge: NLJudge | None = None) -> tuple[float, dict]:
     """The τ² reward of a finished episode (gated, then the product of its components) and its breakdown."""
@@ -87,8 +94,8 @@ def evaluate(data: Tau2Data, domain: str, task: dict, trajectory: list[dict], te
     if not criteria:
         breakdown["progress"] = 1.0
         return 1.0, breakdown
-    basis = criteria.get("reward_basis") or list(DEFAULT_REWARD_BASIS)
-    breakdown["reward_basis"] = list(basis)
+    basis = reward_basis(criteria)
+    breakdown["reward_basis"] = basis
     reward = 1.0
     # progress: the mean over the scored components of the share of each one's items met
     # (the DB is one item); it is 1 exactly when the reward is, and grades the failures.

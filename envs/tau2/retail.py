@@ -134,7 +134,9 @@ class RetailTools(Toolkit):
         order["exchange_items"] = sorted(item_ids)
         order["exchange_new_items"] = sorted(new_item_ids)
         order["exchange_payment_method_id"] = payment_method_id
-        order["exchange_price_difference"] = float(diff)
+        # Kept as computed: prices are floats, but an exchange of no items leaves the sum at the
+        # integer 0, which upstream stores (and fingerprints) as is.
+        order["exchange_price_difference"] = diff
         return order
 
     @tool("read", "Find a user id from first name, last name and zip code.",

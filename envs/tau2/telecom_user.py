@@ -91,6 +91,11 @@ class PhoneTools(PhoneHelpers, Toolkit):
     @tool("write", "Choose the preferred network type.",
           mode=({"type": "string", "enum": list(NETWORK_MODES)}, "One of 4g_5g_preferred, 4g_only, 3g_only, 2g_only."))
     def set_network_mode_preference(self, mode):
+        # A deliberate deviation: upstream stores a non-string as the preference and runs a network
+        # search before failing (or, for null, before reporting the invalid option); here the
+        # call fails (null: reports) the same way but the phone stays unchanged.
+        if mode is not None and not isinstance(mode, str):
+            raise ToolError(f"Failed to set network mode: the mode must be a string, got {type(mode).__name__}")
         if mode not in NETWORK_MODES:
             return self._with_bar(f"Failed to set network mode: '{mode}' is not a valid option. "
                                   f"Please use one of: {', '.join(NETWORK_MODES)}")

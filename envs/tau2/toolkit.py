@@ -18,11 +18,15 @@ import hashlib
 import inspect
 import json
 import operator
+import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from envs.base import Tool, ToolError
 
+# The integer texts upstream's lax int fields accept: ASCII digits, a sign, single
+# underscores between digits and a fraction of zeros ("+1_000.00").
+_INT_TEXT = re.compile(r"[+-]?[0-9]+(?:_[0-9]+)*(?:\.0+)?")
 _CALC_CHARS = set("0123456789+-*/(). ")
 # Bounds that keep every expression to milliseconds: a length (for the parser), a nesting
 # depth (for the evaluator's recursion) and the size of a power's result (an int result
@@ -171,13 +175,13 @@ def _coerce(value: Any, kind: str) -> Any:
     """Lax scalar validation in the spirit of upstream's typed records."""
     if kind == "str" and isinstance(value, str):
         return value
-    if kind == "int" and not isinstance(value, bool):
-        if isinstance(value, int):
-            return value
+    if kind == "int":
+        if isinstance(value, int):  # a bool too: upstream's lax int fields take True as 1
+            return int(value)
         if isinstance(value, float) and value.is_integer():
             return int(value)
-        if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
-            return int(value)
+        if isinstance(value, str) and _INT_TEXT.fullmatch(value.strip()):
+            return int(value.strip().split(".")[0])
     if kind == "float" and not isinstance(value, bool) and isinstance(value, (int, float)):
         return float(value)
     raise ValueError(f"Input should be a valid {'string' if kind == 'str' else kind}")

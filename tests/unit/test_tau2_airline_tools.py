@@ -1,15 +1,14 @@
 """Airline tools: every error branch of the write tools, and spot checks."""
 
 import json
-from pathlib import Path
 
 import pytest
 
 from envs.tau2.data import Tau2Data
 from envs.tau2.domains import build_environment
+from tests.unit.tau2_testdata import DATA_DIR, needs_data
 
-DATA_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "tau2"
-pytestmark = pytest.mark.skipif(not (DATA_DIR / "domains").is_dir(), reason=f"τ² data not found at {DATA_DIR}")
+pytestmark = needs_data
 
 USER = "mei_hernandez_8984"  # gift card 98.0, two certificates of 250.0, two credit cards
 GIFT, CERT, CARD = "gift_card_5309492", "certificate_7502997", "credit_card_2140654"
@@ -227,3 +226,69 @@ def test_read_tools_and_generic_tools(env):
     fails(env, "calculate", "too deeply nested", expression="-" * 300 + "1")
     assert call(env, "transfer_to_human_agents", summary="x") == ("Transfer successful", False)
     fails(env, "book_flight", "Tool 'book_flight' not found.")
+
+
+# ---- argument handling as upstream's typed records and arithmetic treat it ----------------------
+def search(env, name, origin, destination, date="2024-05-20"):
+    content, error = call(env, name, origin=origin, destination=destination, date=date)
+    assert not error, content
+    return json.loads(content)
+
+
+def test_search_with_a_null_airport_means_any_airport(env):
+    # Upstream's search skips a null criterion: the result is every airport's, in DB order.
+    airports = [a["iata"] for a in json.loads(call(env, "list_all_airports")[0])]
+
+    def each(name, origins, destinations):
+        return sorted(json.dumps(f) for o in origins for d in destinations for f in search(env, name, o, d))
+
+    for name in ("search_direct_flight", "search_onestop_flight"):
+        to_sea, from_jfk = search(env, name, None, "SEA"), search(env, name, "JFK", None)
+        assert to_sea and sorted(map(json.dumps, to_sea)) == each(name, airports, ["SEA"])
+        assert from_jfk and sorted(map(json.dumps, from_jfk)) == each(name, ["JFK"], airports)
+    assert len({f["origin"] for f in search(env, "search_direct_flight", None, None)}) == len(airports)
+
+
+def test_book_reservation_nonfree_baggages_as_a_string_fails(env):
+    # Upstream's record would read "1" as 1, but its price adds the raw argument and fails.
+    fails(env, "book_reservation", "nonfree_baggages",
+          **booking(nonfree_baggages="1", payment_methods=[{"payment_id": CARD, "amount": 171}]))
+    content, error = call(env, "book_reservation", **booking(total_baggages="2"))  # used by no price
+    assert not error and json.loads(content)["total_baggages"] == 2
+
+
+def test_book_reservation_rejects_a_non_string_origin_or_destination(env):
+    for value in (None, 1, ["JFK"]):
+        fails(env, "book_reservation", "origin", **booking(origin=value))
+        fails(env, "book_reservation", "destination", **booking(destination=value))
+
+
+def test_bag_counts_given_as_true_count_as_one(env):
+    paid = [{"payment_id": CARD, "amount": 171}]  # one paid bag
+    content, error = call(env, "book_reservation", **booking(total_baggages=True, nonfree_baggages=True,
+                                                             payment_methods=paid))
+    assert not error and '"total_baggages": 1, "nonfree_baggages": 1' in content
+    with_ints = build_environment(Tau2Data(DATA_DIR), "airline")
+    call(with_ints, "book_reservation", **booking(total_baggages=1, nonfree_baggages=1, payment_methods=paid))
+    assert env.fingerprints() == with_ints.fingerprints()
+    content, error = call(env, "update_reservation_baggages", reservation_id="HATHAT", total_baggages=True,
+                          nonfree_baggages=True, payment_id=CARD)  # upstream assigns the value as given
+    assert not error and '"total_baggages": true, "nonfree_baggages": true' in content
+
+
+def test_fractional_bag_counts(env):
+    fails(env, "book_reservation", "nonfree_baggages", **booking(nonfree_baggages=1.5))
+    rid = reservation_of(env)  # no bags yet
+    # Upstream keeps the counts as given but stores the charge in an int payment record.
+    content, error = call(env, "update_reservation_baggages", reservation_id=rid, total_baggages=1,
+                          nonfree_baggages=1.0, payment_id=CARD)
+    assert not error and json.loads(content)["payment_history"][-1] == {"payment_id": CARD, "amount": 50}
+    assert '"total_baggages": 1, "nonfree_baggages": 1.0' in content
+    assert env.fingerprints()[0] == "c5b8cd0db457"  # upstream's
+    # A fractional charge fails there, after a gift card has paid it.
+    before = json.dumps(env.agent.db["reservations"][rid])
+    content, error = call(env, "update_reservation_baggages", reservation_id=rid, total_baggages=1.01,
+                          nonfree_baggages=1.01, payment_id=GIFT)
+    assert error and "whole number" in content
+    assert json.dumps(env.agent.db["reservations"][rid]) == before
+    assert env.agent.db["users"][USER]["payment_methods"][GIFT]["amount"] == pytest.approx(98.0 - 0.5)

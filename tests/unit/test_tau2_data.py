@@ -10,9 +10,8 @@ import pytest
 
 from envs.tau2 import data as tau2_data
 from envs.tau2.data import REQUIRED_FILES, Tau2Data, Tau2DataError, check_data_dir, resolve_data_dir
+from tests.unit.tau2_testdata import DATA_DIR, needs_data
 
-DATA_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "tau2"
-needs_data = pytest.mark.skipif(not (DATA_DIR / "domains").is_dir(), reason=f"τ² data not found at {DATA_DIR}")
 ALL_FILES = sorted({f for files in REQUIRED_FILES.values() for f in files})
 
 

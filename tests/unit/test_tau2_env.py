@@ -3,7 +3,6 @@ the scripted user, the turn cap, the error limit, bad actions, solo mode and the
 orchestration."""
 
 import warnings
-from pathlib import Path
 
 import gymnasium as gym
 import pytest
@@ -12,9 +11,9 @@ from gymnasium.utils.env_checker import check_env
 import envs  # noqa: F401  (registers the Tau2*-v0 ids)
 from envs.tau2 import Tau2AirlineEnv, Tau2RetailEnv, Tau2TelecomEnv
 from envs.tool_calls import format_tool_call
+from tests.unit.tau2_testdata import DATA_DIR, needs_data
 
-DATA_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "tau2"
-pytestmark = [pytest.mark.skipif(not (DATA_DIR / "domains").is_dir(), reason=f"τ² data not found at {DATA_DIR}"),
+pytestmark = [needs_data,
               pytest.mark.filterwarnings("ignore:τ² env uses the scripted user")]
 CLASSES = {"airline": Tau2AirlineEnv, "retail": Tau2RetailEnv, "telecom": Tau2TelecomEnv}
 

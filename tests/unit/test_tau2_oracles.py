@@ -4,19 +4,17 @@ Airline and retail: every gold action replays on a fresh DB with exactly the spe
 errors, and the gold-state fingerprint of every task matches upstream's. Telecom: after
 initialisation the assertions fail (hold, for the transfer tasks); after the gold actions
 they all hold, no gold action errs, and the phone/CRM fingerprints match.
-Needs the paper-era data in <repo>/../shared/data/tau2 (skipped when absent).
+Needs the paper-era data (``tau2_testdata``: ../shared, else the library's cache).
 """
-
-from pathlib import Path
 
 import pytest
 
 from envs.tau2.data import Tau2Data
 from envs.tau2.domains import build_environment
 from envs.tau2.evaluator import evaluate, gold_fingerprints
+from tests.unit.tau2_testdata import DATA_DIR, needs_data, telecom_base_tasks
 
-DATA_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "tau2"
-pytestmark = pytest.mark.skipif(not (DATA_DIR / "domains").is_dir(), reason=f"τ² data not found at {DATA_DIR}")
+pytestmark = needs_data
 
 A0, R0 = "124e39a664b5", "b25c9cb211f5"  # initial airline / retail fingerprints
 T0_AGENT, T0_USER = "304cf5ef0598", "e1f3a8637388"
@@ -193,7 +191,7 @@ def test_task_files_and_splits(data):
         assert set(data.split_ids(domain, "train")) | set(data.split_ids(domain, "test")) == set(data.split_ids(domain, "base"))
         assert not set(data.split_ids(domain, "train")) & set(data.split_ids(domain, "test"))
     assert len(data.split_ids("telecom", "small")) == 20
-    assert len(data.json("domains/telecom/tasks.json")) == 114
+    assert len(telecom_base_tasks(data)) == 114
 
 
 def test_initial_fingerprints(data):
@@ -242,7 +240,7 @@ def test_gold_replay_fingerprints_errors_and_self_consistency(data, domain, gold
 
 
 def test_telecom_assertions_fail_after_init_and_hold_after_gold(data):
-    tasks = data.json("domains/telecom/tasks.json")
+    tasks = telecom_base_tasks(data)
     assert len(tasks) == len(TELECOM_FINGERPRINTS) == 114
     problems = []
     for index, task in enumerate(tasks):

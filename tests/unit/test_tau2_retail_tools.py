@@ -1,15 +1,14 @@
 """Retail tools: every error branch of the write tools, and spot checks."""
 
 import json
-from pathlib import Path
 
 import pytest
 
 from envs.tau2.data import Tau2Data
 from envs.tau2.domains import build_environment
+from tests.unit.tau2_testdata import DATA_DIR, needs_data
 
-DATA_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "tau2"
-pytestmark = pytest.mark.skipif(not (DATA_DIR / "domains").is_dir(), reason=f"τ² data not found at {DATA_DIR}")
+pytestmark = needs_data
 
 # omar_silva_7446: paypal, credit card, gift card (68.0); the pending order is paid by the gift card.
 PENDING, P_GIFT, P_CARD, P_PAYPAL = "#W9728773", "gift_card_5540683", "credit_card_5322562", "paypal_2192303"
@@ -207,3 +206,12 @@ def test_read_tools(env):
     assert types.startswith('{"Action Camera": "3377618313", "Air Purifier": "3821016478"')
     assert len(json.loads(types)) == 50
     fails(env, "get_user_details", "User not found", user_id="x")
+
+
+def test_exchange_of_no_items_stores_an_integer_zero(env):
+    # An empty exchange leaves upstream's sum at the integer 0, so its state holds 0, not 0.0.
+    order = ok(env, "exchange_delivered_order_items", order_id=DELIVERED, item_ids=[], new_item_ids=[],
+               payment_method_id=D_PAYPAL)
+    assert order["status"] == "exchange requested" and order["exchange_items"] == []
+    assert type(order["exchange_price_difference"]) is int and order["exchange_price_difference"] == 0
+    assert env.fingerprints()[0] == "69224898301a"  # upstream's

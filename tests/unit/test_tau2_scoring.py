@@ -3,18 +3,16 @@ the ACTION / COMMUNICATE matching rules. Self-consistency over every
 task lives with the other oracles in test_tau2_oracles.py (which runs first and fills the gold-state
 cache this file reuses)."""
 
-from pathlib import Path
-
 import pytest
 
 from envs.tau2.data import Tau2Data
 from envs.tau2.domains import build_environment
 from envs.tau2.environment import Tau2Environment
-from envs.tau2.evaluator import action_met, communicate_met, evaluate, pass_hat_k
+from envs.tau2.evaluator import action_met, communicate_met, evaluate, pass_hat_k, reward_basis
 from envs.tau2.judge import LLMJudge
+from tests.unit.tau2_testdata import DATA_DIR, needs_data, telecom_base_tasks
 
-DATA_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "tau2"
-pytestmark = pytest.mark.skipif(not (DATA_DIR / "domains").is_dir(), reason=f"τ² data not found at {DATA_DIR}")
+pytestmark = needs_data
 
 GREETING = {"role": "assistant", "content": "Hi! How can I help you today?", "tool_calls": []}
 AIRLINE_DO_NOTHING = {0, 1, 4, 5, 6, 10, 13, 26, 28, 31, 34, 36, 41, 43, 45, 46, 47, 48, 49}
@@ -51,7 +49,7 @@ def test_do_nothing_baseline(data):
                   if evaluate(data, domain, task, [dict(GREETING)], "user_stop", fresh)[0] == 1.0}
         assert passed == expected
     transfer_assertions_alone = 0
-    for task in data.json("domains/telecom/tasks.json"):
+    for task in telecom_base_tasks(data):
         env = build_environment(data, "telecom")
         env.initialise(task)
         reward, breakdown = evaluate(data, "telecom", task, [dict(GREETING)], "user_stop", env)
@@ -159,3 +157,16 @@ def test_pass_hat_k():
     assert pass_hat_k(rewards, 2) == pytest.approx((3 / 6 + 0) / 2)
     with pytest.raises(ValueError, match="fewer than k"):
         pass_hat_k(rewards, 5)
+
+
+def test_an_empty_reward_basis_scores_one(data):
+    # Only an absent key means DB and COMMUNICATE; an empty basis is a product of nothing, as upstream's.
+    task = dict(data.tasks("airline")["2"])
+    said = [dict(GREETING)]
+    idle = build_environment(data, "airline")
+    assert evaluate(data, "airline", task, said, "user_stop", idle)[0] == 0.0  # the DB check fails
+    task["evaluation_criteria"] = {**task["evaluation_criteria"], "reward_basis": []}
+    reward, breakdown = evaluate(data, "airline", task, said, "user_stop", idle)
+    assert reward == 1.0 and breakdown["reward_basis"] == [] and breakdown["progress"] == 1.0
+    assert evaluate(data, "airline", task, said, "max_steps", idle)[0] == 0.0  # the gate still applies
+    assert reward_basis({}) == ["DB", "COMMUNICATE"] and reward_basis({"reward_basis": []}) == []  # env's evidence too

@@ -1,15 +1,14 @@
 """Telecom: CRM tool error branches, the phone's tools and physics, and the DB->phone sync."""
 
 import json
-from pathlib import Path
 
 import pytest
 
 from envs.tau2.data import Tau2Data
 from envs.tau2.domains import build_environment
+from tests.unit.tau2_testdata import DATA_DIR, needs_data
 
-DATA_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "tau2"
-pytestmark = pytest.mark.skipif(not (DATA_DIR / "domains").is_dir(), reason=f"τ² data not found at {DATA_DIR}")
+pytestmark = needs_data
 
 GOOD_BAR = "📶³ Good | 5G | 📱 Data Enabled | 🔋 80%"
 EXCELLENT_BAR = "📶⁴ Excellent | 5G | 📱 Data Enabled | 🔋 80%"
@@ -256,3 +255,15 @@ def test_routing_of_user_and_agent_tools(env):
         "Error: User tools not available"
     retail = build_environment(Tau2Data(DATA_DIR), "retail")
     assert retail.execute({"id": "u", "name": "x", "arguments": {}}, "user")["content"] == "Error: User tools not available"
+
+
+def test_network_mode_that_is_not_a_string_changes_nothing(env, phone):
+    # Upstream stores such a mode and runs a network search before it fails (null: before it
+    # reports the invalid option); here the call ends the same way and the phone is unchanged.
+    before = env.fingerprints()
+    for mode in (5, True, ["4g_only"], {"mode": "4g_only"}):
+        msg = env.execute({"id": "u", "name": "set_network_mode_preference", "arguments": {"mode": mode}}, "user")
+        assert msg["error"] and "must be a string" in msg["content"], msg["content"]
+    assert user(env, "set_network_mode_preference", mode=None).startswith(
+        "Failed to set network mode: 'None' is not a valid option.")
+    assert env.fingerprints() == before and env.user.db["device"]["network_mode_preference"] == "4g_5g_preferred"

@@ -5,7 +5,6 @@ server, and the scripted user's rules."""
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
-from pathlib import Path
 
 import pytest
 
@@ -13,9 +12,7 @@ from envs.tau2 import LLMUser, OpenAIChatClient, Tau2TelecomEnv
 from envs.tau2.data import Tau2Data
 from envs.tau2.users import ScriptedUser, UserContext, is_stop, render_scenario
 from envs.tool_calls import format_tool_call
-
-DATA_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "tau2"
-needs_data = pytest.mark.skipif(not (DATA_DIR / "domains").is_dir(), reason=f"τ² data not found at {DATA_DIR}")
+from tests.unit.tau2_testdata import DATA_DIR, needs_data
 
 
 @needs_data
