@@ -8,6 +8,12 @@ next iteration's rollouts run on the env runners and engines while the learner t
 an iteration costs about max(sample, learn) instead of their sum, less what the two steal
 from each other on a shared CPU. The first iteration of each run is a warm-up and is left
 out. Prints a table and writes benchmarks/results/async_overlap.json.
+
+Results to expect: the gain needs the two sides on hardware of their own (engines and
+learner on different GPUs, or CPU nodes). On one 2-core CPU both the engine and the learner
+run one compute thread per core, so overlapping them oversubscribes the cores and an
+iteration takes longer than the two phases one after the other (measured there: lag 1 at
+about 0.6x the speed of lag 0); keep max_policy_lag=0 on such a machine.
 """
 
 from __future__ import annotations
