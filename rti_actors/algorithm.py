@@ -235,9 +235,10 @@ class Algorithm:
         path = verify(path)
         saved = json.loads((path / "config.json").read_text())
         changed = config_changes(saved, json.loads(self.config.to_json()))
-        if saved.get("policy", {}).get("model") != self.config["policy"]["model"]:
-            raise ConfigError(f"checkpoint {path} was made with model {saved.get('policy', {}).get('model')!r}, this "
-                              f"algorithm runs {self.config['policy']['model']!r}; build from the saved config instead")
+        model = [c for c in changed if c.startswith("policy.model:")]
+        if model:  # other weights altogether: no override makes sense
+            raise ConfigError(f"checkpoint {path} was made with another model ({model[0]}); build from the saved "
+                              "config instead")
         if changed and not allow_config_change:
             raise ConfigError(f"checkpoint {path} was made with other training options ({'; '.join(changed)}); build "
                               "with its config.json, or pass allow_config_change=True to continue with this config's")

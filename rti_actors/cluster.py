@@ -78,11 +78,6 @@ def check_custom_resources(config: RTIConfig, cluster: dict) -> None:
                           "actors (`ray start --resources='{\"NAME\": N}'`) or lower the custom_resources_per_* options")
 
 
-def alive_nodes() -> list[dict]:
-    """``ray.nodes()`` entries of the nodes that are up."""
-    return [n for n in ray.nodes() if n.get("Alive")]
-
-
 def _missing(paths: dict[str, str]) -> list[str]:
     """Of ``{what: path}``, the ones this node cannot see (run on every node)."""
     return [what for what, p in paths.items() if not os.path.exists(p)]
@@ -92,7 +87,7 @@ def check_shared_paths(model_path: str, run_dir: Path) -> None:
     """With more than one node, check that every node sees the model folder and the run
     directory (a probe file the driver writes there), else raise a ``ConfigError`` naming
     the node and the path. One node: nothing to check."""
-    nodes = alive_nodes()
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
     if len(nodes) < 2:
         return
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
