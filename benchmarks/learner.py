@@ -1,18 +1,34 @@
-"""Learner throughput and memory: DeepSpeed ZeRO 0 and 2 versus the plain torch loop.
+"""Learner throughput, memory and FLOP utilisation on agent-shaped batches.
 
-    python benchmarks/learner.py [--model smollm2-135m-instruct] [--seqs 8] [--seq-len 512] [--steps 2]
-                                 [--configs deepspeed-z0,deepspeed-z2,torch] [--out benchmarks/results/learner.json]
+    python benchmarks/learner.py [--model smollm2-135m-instruct] [--workload navigation]
+                                 [--groups 2] [--group-size 8] [--page-size 3] [--steps 1]
+                                 [--configs full,prefix,packed,prefix+packed,lora,lora+prefix+packed]
+                                 [--backends deepspeed] [--dtypes float32] [--out benchmarks/results/learner.json]
 
-Every configuration trains on the same fixed synthetic batch (seeded random token ids; the
-first quarter of each sequence is prompt, the rest carries loss; random advantages) for one
-warm-up step and ``--steps`` measured steps, each a full ``Learner.update`` (forward,
-backward, optimiser step). Each configuration runs in its own subprocess so peak memory
-(ru_maxrss, which includes loading the model) is its own; ``rss_after_step_gib`` is what the
-learner keeps resident between steps (it returns freed activations to the OS after each).
-``model_states_gib`` is
-``estimate_memory_gib`` (parameters + gradients + Adam states, no activations).
-With one process ZeRO partitions nothing; stage 2 only adds the fp32 master copy DeepSpeed
-keeps beside the weights, so it should cost memory and a little time here.
+Workloads:
+- ``navigation`` (default): ``--groups`` groups of ``--group-size`` recorded rollouts shaped
+  like a GRPO group on Navigation-v0. Each group is one task's oracle episode (search
+  results cut to ``--page-size`` POIs); member j keeps a seeded random number of its turns,
+  so the members share the opening (system prompt, tool schemas, worked example, request)
+  and differ in length as sampled rollouts do. Advantages are seeded random.
+- ``synthetic``: ``--seqs`` sequences of ``--seq-len`` random ids (the first quarter prompt).
+
+Configurations (each with every ``--backends`` x ``--dtypes``): ``sdpa`` is the padded full
+fine-tune on transformers' own SDPA attention (the learner before its attention function);
+``full`` is the padded full fine-tune; ``prefix`` adds learners(share_prefix=True); ``packed`` adds
+learners(pack_sequences=True); ``lora`` trains rank-16 adapters on every linear layer.
+
+Each configuration runs in its own subprocess (its peak memory is its own) for one warm-up
+step and ``--steps`` measured steps of ``Learner.update``. Reported: tokens/s (the batch's
+tokens over the step's seconds), seconds per step, the loss (equal across layouts up to float
+noise: a layout that changed it would be a bug), peak resident memory, the padding share of
+computed positions, and model FLOP utilisation: the FLOPs the step really computes (6 x
+non-embedding params per computed position, the vocabulary projection at loss positions, and
+causal attention 12 x layers x attention width per query-key pair; a LoRA step skips the
+weight-gradient third of the frozen matrices) per second, as a share of a 2048 x 2048
+matmul measured in the same process, dtype and thread count.
+
+Results to expect: see docs/PERFORMANCE.md (the table is printed and written as JSON).
 """
 
 from __future__ import annotations
@@ -30,12 +46,40 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-CONFIGS = {
-    "deepspeed-z0": {"backend": "deepspeed", "zero_stage": 0},
-    "deepspeed-z2": {"backend": "deepspeed", "zero_stage": 2},
-    "torch": {"backend": "torch"},
-    "torch-bf16": {"backend": "torch", "dtype": "bfloat16"},  # fp32 weights, bf16 autocast
-}
+LAYOUTS = {"full": {}, "prefix": {"share_prefix": True}, "packed": {"pack_sequences": True},
+           "prefix+packed": {"share_prefix": True, "pack_sequences": True}}
+LORA = {"r": 16, "alpha": 32, "dropout": 0.0}
+BACKENDS = {"deepspeed": {"backend": "deepspeed", "zero_stage": 0}, "torch": {"backend": "torch"}}
+
+
+def learner_config(name: str, backend: str, dtype: str, args) -> dict:
+    lora = name.startswith("lora")
+    layout = LAYOUTS[name.removeprefix("lora").strip("+") or "full"] if name != "sdpa" else {}
+    return {**BACKENDS[backend], **layout, "dtype": dtype, "micro_batch_tokens": args.micro_batch_tokens,
+            "gradient_checkpointing": args.gradient_checkpointing, "lr": 1e-4 if lora else 1e-6,
+            **({"lora": LORA} if lora else {})}
+
+
+def navigation_batch(tokenizer, groups: int, group_size: int, page_size: int, seed: int = 0) -> list[dict]:
+    from envs import make_env
+    from policies.chat import ChatRenderer
+    from rti_actors.demonstrations import record_agent, to_sample
+
+    rng = random.Random(seed)
+    config = {"language": "en", "page_size": page_size}
+    env = make_env("Navigation-v0", {"split": "train", **config}).unwrapped
+    tasks = [t for t in env.task_ids("train") if env.difficulty(t)["waypoints"] >= 6][:groups]
+    renderer, batch = ChatRenderer(tokenizer), []
+    for record in record_agent("Navigation-v0", config, tasks):
+        turns = [i for i, m in enumerate(record["messages"]) if m["role"] == "assistant"]
+        for _ in range(group_size):
+            keep = rng.randint(max(1, len(turns) * 6 // 10), len(turns))
+            cut = {**record, "messages": record["messages"][:turns[keep - 1] + 1]}
+            s = to_sample(renderer, cut)
+            s.pop("messages")
+            s["behaviour_logprobs"] = [-rng.uniform(0.05, 3.0) if m else 0.0 for m in s["loss_mask"]]
+            batch.append({**s, "advantage": rng.uniform(-1.5, 1.5), "policy_version": 0})
+    return batch
 
 
 def synthetic_batch(seqs: int, seq_len: int, vocab: int, seed: int = 0) -> list[dict]:
@@ -50,77 +94,136 @@ def synthetic_batch(seqs: int, seq_len: int, vocab: int, seed: int = 0) -> list[
     return batch
 
 
-def run_one(name: str, args) -> dict:
+def matmul_flops(dtype, threads: int, n: int = 2048, repeats: int = 5) -> float:
+    """FLOP/s of an n x n matmul in this process: the yardstick for utilisation."""
     import torch
-    from transformers import AutoConfig
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    a @ b
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    return 2 * n**3 * repeats / (time.perf_counter() - t0)
+
+
+def step_flops(hf_config, layout, samples: list[dict], lora: bool) -> float:
+    """FLOPs one step computes for ``layout`` (rti_actors.batch_layout.Layout)."""
+    h, layers = hf_config.hidden_size, hf_config.num_hidden_layers
+    heads = hf_config.num_attention_heads
+    head_dim = getattr(hf_config, "head_dim", None) or h // heads
+    kv = hf_config.num_key_value_heads * head_dim
+    inter = hf_config.intermediate_size
+    per_layer = h * heads * head_dim * 2 + 2 * h * kv + 3 * h * inter  # q, o; k, v; gate, up, down
+    # forward 2, input gradient 2, weight gradient 2 per weight per position; a frozen base
+    # (LoRA) skips the weight gradient
+    per_position = (4 if lora else 6) * per_layer * layers
+    positions = pairs = 0
+    for cluster in layout.clusters:
+        p = len(cluster.prefix)
+        positions += p
+        pairs += p * (p + 1) // 2
+        for row in cluster.rows:
+            positions += len(row.lines) * row.width
+            for line in row.lines:
+                pairs += sum(s.length * p + s.length * (s.length + 1) // 2 for s in line)
+    loss_tokens = sum(sum(s["loss_mask"]) for s in samples)
+    return (per_position * positions + 6 * h * hf_config.vocab_size * loss_tokens
+            + 12 * layers * heads * head_dim * pairs)
+
+
+def run_one(name: str, backend: str, dtype: str, args) -> dict:
+    import torch
+    from transformers import AutoConfig, AutoTokenizer
 
     from policies.models import load_model
-    from rti_actors.learner import Learner, estimate_memory_gib
+    from rti_actors.batch_layout import plan
+    from rti_actors.learner import Learner
     if args.threads:
         torch.set_num_threads(args.threads)
     path = load_model(args.model)
-    vocab = AutoConfig.from_pretrained(path).vocab_size
-    batch = synthetic_batch(args.seqs, args.seq_len, vocab)
-    config = {**CONFIGS[name], "micro_batch_tokens": args.micro_batch_tokens,
-              "gradient_checkpointing": args.gradient_checkpointing, "dtype": args.dtype, **CONFIGS[name]}
+    hf_config = AutoConfig.from_pretrained(path)
+    if args.workload == "navigation":
+        batch = navigation_batch(AutoTokenizer.from_pretrained(path), args.groups, args.group_size, args.page_size)
+    else:
+        batch = synthetic_batch(args.seqs, args.seq_len, hf_config.vocab_size)
+    config = learner_config(name, backend, dtype, args)
+    if name == "sdpa":
+        # the learner before its own attention function: transformers' SDPA, padded rows
+        import rti_actors.learner
+        rti_actors.learner.register = lambda: "sdpa"
     t0 = time.perf_counter()
     learner = Learner(path, config)
     init_s = time.perf_counter() - t0
-    learner.update(batch)  # warm-up: allocator, DeepSpeed buffers
+    if args.warmup:
+        learner.update(batch)  # allocator, DeepSpeed buffers
     metrics = [learner.update(batch) for _ in range(args.steps)]
     seconds = sum(m["seconds"] for m in metrics) / len(metrics)
-    return {"config": name, "dtype": config["dtype"], "threads": torch.get_num_threads(),
-            "grad_ckpt": args.gradient_checkpointing, "init_s": round(init_s, 1), "step_s": round(seconds, 2),
-            "tokens_per_s": round(args.seqs * args.seq_len / seconds, 1),
-            "loss_tokens_per_s": round(metrics[0]["num_tokens"] / seconds, 1),
-            "micro_batches": metrics[0]["num_micro_batches"],
-            "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
-            "rss_after_step_gib": round(metrics[-1]["host_rss_gib"], 2),
-            "model_states_gib": round(estimate_memory_gib(
-                path, CONFIGS[name].get("zero_stage", 0),
-                config["dtype"] if config["backend"] == "deepspeed" else "float32"), 2)}  # torch: fp32 states
+    layout = plan([s["ids"] for s in batch], [s["loss_mask"] for s in batch], config["micro_batch_tokens"],
+                  pack=config.get("pack_sequences", False), share=config.get("share_prefix", False))
+    flops = step_flops(hf_config, layout, batch, "lora" in config)
+    peak = matmul_flops(getattr(torch, dtype), torch.get_num_threads())
+    tokens = sum(len(s["ids"]) for s in batch)
+    return {"config": name, "backend": backend, "dtype": dtype, "threads": torch.get_num_threads(),
+            "samples": len(batch), "tokens": tokens, "init_s": round(init_s, 1), "step_s": round(seconds, 1),
+            "tokens_per_s": round(tokens / seconds, 1), "loss": metrics[0]["loss"],
+            "padding_frac": round(metrics[0]["padding_frac"], 3), "rows": metrics[0]["num_micro_batches"],
+            "prefix_tokens_saved": metrics[0]["prefix_tokens_saved"],
+            "tflops": round(flops / seconds / 1e12, 4), "matmul_tflops": round(peak / 1e12, 4),
+            "mfu": round(flops / seconds / peak, 3),
+            "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)}
+
+
+COLUMNS = ["config", "backend", "dtype", "tokens", "step_s", "tokens_per_s", "speedup", "loss", "padding_frac",
+           "rows", "tflops", "matmul_tflops", "mfu", "peak_rss_gib"]
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m-instruct")
+    ap.add_argument("--workload", choices=("navigation", "synthetic"), default="navigation")
+    ap.add_argument("--groups", type=int, default=2)
+    ap.add_argument("--group-size", type=int, default=8)
+    ap.add_argument("--page-size", type=int, default=3)
     ap.add_argument("--seqs", type=int, default=8)
     ap.add_argument("--seq-len", type=int, default=512)
-    ap.add_argument("--steps", type=int, default=2)
-    ap.add_argument("--micro-batch-tokens", type=int, default=4096)
-    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--steps", type=int, default=1)
+    ap.add_argument("--warmup", type=int, default=1, help="1: one unmeasured step first (0 to save time)")
+    ap.add_argument("--micro-batch-tokens", type=int, default=8192)
     ap.add_argument("--gradient-checkpointing", action="store_true")
-    ap.add_argument("--threads", type=int, default=0,
-                    help="torch threads per run (0: torch's default). On a shared machine 1 avoids "
-                         "OpenMP oversubscription, which can slow a step down tenfold")
-    ap.add_argument("--configs", default=",".join(CONFIGS))
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--configs", default="sdpa,full,prefix,packed,prefix+packed,lora,lora+prefix+packed")
+    ap.add_argument("--backends", default="deepspeed")
+    ap.add_argument("--dtypes", default="float32")
     ap.add_argument("--out", default="benchmarks/results/learner.json")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        print("RESULT " + json.dumps(run_one(args.child, args)), flush=True)
+        name, backend, dtype = args.child.split(":")
+        print("RESULT " + json.dumps(run_one(name, backend, dtype, args)), flush=True)
         return
     env = os.environ.copy()
     env.setdefault("TORCH_EXTENSIONS_DIR", str(REPO / ".cache" / "torch_extensions"))
     rows = []
-    for name in args.configs.split(","):
-        cmd = [sys.executable, __file__, "--child", name] + [a for a in sys.argv[1:]]
-        out = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        line = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
-        if not line:
-            print(out.stderr[-3000:], file=sys.stderr)
-            raise SystemExit(f"learner config {name} failed")
-        rows.append(json.loads(line[0][7:]))
-        print(f"done {name}", file=sys.stderr, flush=True)
-    cols = ["config", "dtype", "threads", "grad_ckpt", "init_s", "step_s", "tokens_per_s", "loss_tokens_per_s", "micro_batches",
-            "peak_rss_gib", "rss_after_step_gib", "model_states_gib"]
-    print(" | ".join(f"{c:>17}" for c in cols))
+    for backend in args.backends.split(","):
+        for dtype in args.dtypes.split(","):
+            for name in args.configs.split(","):
+                cmd = [sys.executable, __file__, "--child", f"{name}:{backend}:{dtype}"] + sys.argv[1:]
+                out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+                line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
+                if not line:
+                    print(out.stderr[-3000:], file=sys.stderr)
+                    raise SystemExit(f"learner config {name} ({backend}, {dtype}) failed")
+                row = json.loads(line[0][7:])
+                base = next((r for r in rows if r["config"] in ("sdpa", "full") and r["backend"] == backend
+                             and r["dtype"] == dtype), row)
+                row["speedup"] = round(row["tokens_per_s"] / base["tokens_per_s"], 2)
+                rows.append(row)
+                print(f"done {name} {backend} {dtype}: {row['tokens_per_s']} tokens/s", file=sys.stderr, flush=True)
+                Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+                Path(args.out).write_text(json.dumps({"args": {k: v for k, v in vars(args).items() if k != "child"},
+                                                      "rows": rows}, indent=2))
+    print(" | ".join(f"{c:>13}" for c in COLUMNS))
     for r in rows:
-        print(" | ".join(f"{str(r[c]):>17}" for c in cols))
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"model": args.model, "seqs": args.seqs, "seq_len": args.seq_len,
-                                          "steps": args.steps, "micro_batch_tokens": args.micro_batch_tokens,
-                                          "rows": rows}, indent=2))
+        print(" | ".join(f"{(round(r[c], 5) if isinstance(r[c], float) else r[c])!s:>13}" for c in COLUMNS))
     print(f"wrote {args.out}")
 
 

@@ -35,6 +35,7 @@ from rti_actors.env_runner import EnvRunner
 from rti_actors.learner import estimate_memory_gib
 from rti_actors.learner_group import LearnerGroup
 from rti_actors.logs import actor_env_vars, actor_log_dir
+from rti_actors.lora import check_lora
 from rti_actors.replay import ReplayQueue
 from rti_actors.rti.gate import PPLGate
 from rti_actors.rti.pipeline import Intervention
@@ -121,6 +122,7 @@ def build_graph(config: RTIConfig, run_dir: str | os.PathLike) -> ActorGraph:
                           f"positions (max_position_embeddings in {model_path}/config.json); "
                           f"set max_model_len <= {positions}")
     _check_tensor_parallel(model_path, p["tensor_parallel_size"])
+    _check_lora(c, model_path)
     renderer = _renderer(model_path, p)
     _check_memory(c, model_path)
     check_shared_paths(model_path, Path(run_dir))
@@ -371,6 +373,16 @@ def _check_tensor_parallel(model_path: str, tp: int) -> None:
                           f"({kv} key/value heads): choose a divisor of {heads}")
 
 
+def _check_lora(c: RTIConfig, model_path: str) -> None:
+    """learners(lora=...) against the model: every target names a linear layer of it (validate
+    checked the values; the model is built on the meta device, no weights are read)."""
+    lc = c["learners"]
+    problems = check_lora(lc["lora"], model_path, lc["zero_stage"])
+    if problems:
+        raise ConfigError(f"learners(lora={lc['lora']!r}) with policy(model={c['policy']['model']!r}): "
+                          + "; ".join(problems))
+
+
 def _check_memory(c: RTIConfig, model_path: str) -> None:
     import psutil
 
@@ -378,10 +390,15 @@ def _check_memory(c: RTIConfig, model_path: str) -> None:
     if lc["num_gpus_per_learner"] or r["num_gpus_per_engine"]:
         return  # device memory is checked by the engines themselves
     n = lc["num_learners"]  # CPU ranks share this host's memory, each holding its ZeRO share
-    need = n * estimate_memory_gib(model_path, lc["zero_stage"], lc["dtype"] or "float32", world_size=n)
     # fp32 model states are 16 bytes/param (weights 4, grads 4, Adam 8): a quarter is
     # the fp32 weights an engine holds at most; plus its KV cache and runtime (~1.5 GiB)
     weights_gib = estimate_memory_gib(model_path, 0, "float32") / 4
+    if lc["lora"] is not None:
+        # each rank holds the whole frozen base; the adapters' weights, gradients and Adam
+        # states are a few percent of it at the usual ranks
+        need = n * weights_gib
+    else:
+        need = n * estimate_memory_gib(model_path, lc["zero_stage"], lc["dtype"] or "float32", world_size=n)
     need += r["num_engines"] * (weights_gib + 1.5)
     have = psutil.virtual_memory().available / 2**30
     if need > have:

@@ -22,6 +22,7 @@ from envs.openai_client import DEFAULT_KEY_ENV, REDACTED, Secret, inline_key_mes
 from policies.chat import check_chat_template
 from policies.engines import vllm_available
 from policies.models import BUILTIN_MODELS, is_hub_id, is_model_folder
+from rti_actors.lora import check_lora
 
 ALGORITHMS = ("grpo", "gspo", "rti")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -55,7 +56,11 @@ DEFAULTS: dict[str, dict] = {
                  # (rti_actors/learner_group.py); offload: "none" | "optimizer" | "optimizer+params"
                  # (ZeRO-Offload to host memory; params only under ZeRO-3)
                  "num_learners": 1, "gradient_checkpointing": False, "offload": "none",
-                 "custom_resources_per_learner": {}},
+                 "custom_resources_per_learner": {},
+                 # pack_sequences: micro-batches are rows of samples laid end to end (no padding);
+                 # share_prefix: a group's common opening is run once, its continuations against it;
+                 # lora: None (full fine-tune) or {"r", "alpha", "target_modules", "dropout"} (rti_actors/lora.py)
+                 "pack_sequences": False, "share_prefix": False, "lora": None},
     # RTI (used when training(algorithm="rti")); docs/ALGORITHM.md gives the source of each default
     "interventions": {
         "roles": "self",            # "self" | "rules" | a local model folder | an http(s):// endpoint
@@ -200,7 +205,8 @@ WANTS: dict[str, dict[str, Want]] = {
                  "zero_stage": _one_of(0, 1, 2, 3), "num_cpus_per_learner": CPUS, "num_gpus_per_learner": CPUS,
                  "dtype": _one_of(None, "float32", "bfloat16"), "num_threads_per_learner": _int(1, none=True),
                  "weight_sync": _one_of("auto", "object_store", "broadcast"), "num_learners": COUNT,
-                 "gradient_checkpointing": BOOL, "offload": _one_of(*OFFLOADS)},
+                 "gradient_checkpointing": BOOL, "offload": _one_of(*OFFLOADS), "pack_sequences": BOOL,
+                 "share_prefix": BOOL},
     "interventions": {
         "ppl_threshold": _num(0, inf=True, why="0 rejects every intervention, inf accepts all"),
         "eps_cal": _num(0, 1, open_high=True, why="0 turns reweighting off"), "max_accepted_per_group": COUNT,
@@ -223,7 +229,7 @@ WANTS: dict[str, dict[str, Want]] = {
 # the options with checks of their own in validate (not a type and a range)
 CHECKED_APART = {"environment": {"env"}, "policy": {"chat_template"}, "training": {"gspo_clip"},
                  "env_runners": {"custom_resources_per_env_runner", "custom_resources_per_engine"},
-                 "learners": {"custom_resources_per_learner"}, "interventions": {"roles"}}
+                 "learners": {"custom_resources_per_learner", "lora"}, "interventions": {"roles"}}
 
 
 def _shown(v) -> str:
@@ -445,10 +451,13 @@ class RTIConfig:
         problems += _custom_resource_problems({("env_runners", k): r[k] for k in CUSTOM_RESOURCES["env_runners"]}
                                               | {("learners", k): lr[k] for k in CUSTOM_RESOURCES["learners"]})
         if ok("learners", "num_learners", "backend", "zero_stage", "num_cpus_per_learner", "num_gpus_per_learner",
-              "offload"):
+              "offload", "share_prefix"):
             problems += _learner_group_problems(lr)
         if ok("learners", "weight_sync", "num_gpus_per_learner") and ok("env_runners", "num_gpus_per_engine"):
             problems += _broadcast_problems(lr, r)
+        # the values here; whether the targets name layers of the model is build's check (it needs the model)
+        problems += [f"learners(lora={_shown(lr['lora'])}): {p}"
+                     for p in check_lora(lr["lora"], zero_stage=lr["zero_stage"] if ok("learners", "zero_stage") else 0)]
         problems += _intervention_problems(c["interventions"])
         if not problems and available_cpus is not None:
             need = (r["num_env_runners"] * r["num_cpus_per_env_runner"] + r["num_engines"] * r["num_cpus_per_engine"]
@@ -523,6 +532,9 @@ def _learner_group_problems(lr: dict) -> list[str]:
     if torch_backend and lr["zero_stage"] == 3:
         problems.append("learners(backend='torch') with zero_stage=3 partitions the weights, which only DeepSpeed "
                         "does: use backend='deepspeed' (the torch backend holds everything in one process)")
+    if lr["share_prefix"] is True and lr["zero_stage"] == 3:
+        problems.append("learners(share_prefix=True) needs zero_stage <= 2: ZeRO-3 gathers each layer's weights "
+                        "for one forward and its backward, and a shared prefix's backward comes after other rows'")
     offload = lr["offload"]
     if offload != "none" and (torch_backend or lr["zero_stage"] == 0):
         problems.append(f"learners(offload={offload!r}) is DeepSpeed's ZeRO-Offload: it needs backend='deepspeed' "
@@ -598,7 +610,7 @@ def learner_settings(config: RTIConfig) -> dict:
     Keys: algorithm, lr, weight_decay, clip_eps, gspo_clip_eps ((low, high)), temperature (the
     rollout temperature the behaviour log-probs were taken at, so unchanged weights give ratio
     1), zero_stage, micro_batch_tokens, grad_clip, seed, backend, dtype (None: bf16 on GPU,
-    fp32 on CPU), gradient_checkpointing, offload. The learner's own defaults are this
+    fp32 on CPU), gradient_checkpointing, offload, pack_sequences, share_prefix, lora. The learner's own defaults are this
     function applied to ``RTIConfig()``; the group adds each rank's rank and world_size.
     """
     t, p, lc = config["training"], config["policy"], config["learners"]
@@ -606,4 +618,5 @@ def learner_settings(config: RTIConfig) -> dict:
             "gspo_clip_eps": gspo_clip_pair(t["gspo_clip"]), "temperature": p["temperature"],
             "zero_stage": lc["zero_stage"], "micro_batch_tokens": t["micro_batch_tokens"],
             "grad_clip": t["grad_clip"], "seed": config["debugging"]["seed"], "backend": lc["backend"],
-            "dtype": lc["dtype"], "gradient_checkpointing": lc["gradient_checkpointing"], "offload": lc["offload"]}
+            "dtype": lc["dtype"], "gradient_checkpointing": lc["gradient_checkpointing"], "offload": lc["offload"],
+            "pack_sequences": lc["pack_sequences"], "share_prefix": lc["share_prefix"], "lora": lc["lora"]}

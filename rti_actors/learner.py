@@ -17,6 +17,8 @@ for the driver.
 Memory options: ``gradient_checkpointing`` recomputes activations in the backward (HF's own
 checkpointing of the decoder layers); ``offload`` moves the optimiser states ("optimizer"),
 and under ZeRO-3 the weights too ("optimizer+params"), from the GPU to host memory.
+``lora`` trains low-rank adapters on a frozen base (``rti_actors.lora``): publishes and
+``export_hf`` still carry full weights (the merged ones), checkpoints the adapters only.
 """
 
 from __future__ import annotations
@@ -37,9 +39,11 @@ import psutil
 import ray
 import torch
 
+from rti_actors.batch_layout import Attend, Layout, PrefixKV, Row, Segment, has_sliding_window, plan, register
 from rti_actors.checkpoints import check_pickles
 from rti_actors.config import ALGORITHMS, OFFLOADS, RTIConfig, gspo_clip_pair, learner_settings
 from rti_actors.faults import Restartable
+from rti_actors.lora import apply_lora, base_parameters, check_lora, lora_settings, merged_weights
 from rti_actors.losses import add_stats, finish_stats, grpo_loss, gspo_loss, masked_token_logprobs, sft_loss
 from rti_actors.plan import ModelShape, model_state_bytes
 from rti_actors.trajectory import LearnerSample
@@ -98,22 +102,6 @@ def estimate_memory_gib(model_path: str, zero_stage: int = 0, dtype: str = "floa
     params = ModelShape.from_hf_config(AutoConfig.from_pretrained(model_path)).params
     width = torch.finfo(_DTYPES[dtype]).bits // 8
     return sum(model_state_bytes(params, width, zero_stage, world_size)) / 2**30
-
-
-def micro_batches(lengths: list[int], budget: int) -> list[list[int]]:
-    """Group sample indices so that rows x longest row <= budget (a longer sample goes alone).
-
-    Sorting by length keeps padding low; the order is deterministic, so both backends and a
-    restored learner accumulate gradients in the same order.
-    """
-    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
-    groups: list[list[int]] = []
-    for i in order:
-        if groups and (len(groups[-1]) + 1) * lengths[groups[-1][0]] <= budget:
-            groups[-1].append(i)
-        else:
-            groups.append([i])
-    return groups
 
 
 def shard_by_tokens(samples: list, num_shards: int) -> list[list]:
@@ -196,6 +184,12 @@ class Learner:
             raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {c['zero_stage']!r}")
         if c["backend"] == "torch" and c["world_size"] != 1:
             raise ValueError("the torch learner backend runs on one process; use backend='deepspeed' for world_size > 1")
+        if c["share_prefix"] and c["zero_stage"] == 3:
+            # ZeRO-3 releases each layer's gathered weights after its forward and gathers
+            # them again for its backward; a prefix whose backward comes after other rows'
+            # forwards and backwards falls outside that schedule (its gradient came out zero)
+            raise ValueError("share_prefix=True needs zero_stage <= 2 (ZeRO-3 regathers weights per forward and "
+                             "backward, which the prefix's later backward falls outside of)")
         if c["offload"] not in OFFLOADS:
             raise ValueError(f"offload must be one of {OFFLOADS}, got {c['offload']!r}")
         if c["offload"] != "none" and (c["backend"] != "deepspeed" or c["zero_stage"] == 0):
@@ -203,6 +197,10 @@ class Learner:
                              "zero_stage >= 1")
         if c["offload"] == "optimizer+params" and c["zero_stage"] != 3:
             raise ValueError("offload='optimizer+params' needs zero_stage=3 (only ZeRO-3 partitions the weights)")
+        lora_problems = check_lora(c["lora"], zero_stage=c["zero_stage"])
+        if lora_problems:
+            raise ValueError(f"lora={c['lora']!r}: " + "; ".join(lora_problems))
+        self.lora = lora_settings(c["lora"])  # None: full fine-tuning
         cuda = torch.cuda.is_available()
         c["dtype"] = c["dtype"] or ("bfloat16" if cuda else "float32")
         if c["dtype"] not in _DTYPES:
@@ -218,15 +216,29 @@ class Learner:
             self._init_distributed(cuda)
         self.device = torch.device(f"cuda:{torch.cuda.current_device()}" if cuda else "cpu")
 
-        from transformers import AutoModelForCausalLM
+        from transformers import AutoConfig, AutoModelForCausalLM
 
         # The torch backend keeps fp32 weights and autocasts (plain AdamW on bf16 weights
         # would round lr-1e-6 updates away); DeepSpeed casts to bf16 itself and keeps an
         # fp32 master copy in its optimiser.
         load_dtype = _DTYPES[c["dtype"]] if c["backend"] == "deepspeed" else torch.float32
-        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=load_dtype)
+        # The learner's own attention function (rti_actors.batch_layout): plain causal SDPA
+        # for padded rows, and the packed and shared-prefix layouts when those are on. A
+        # sliding-window model keeps transformers' SDPA (and the padded layout).
+        hf_config = AutoConfig.from_pretrained(model_path)
+        windowed = has_sliding_window(hf_config)
+        if windowed and (c["pack_sequences"] or c["share_prefix"]):
+            raise ValueError(f"{model_path} attends within a sliding window, which packed rows and shared prefixes "
+                             "do not support: set pack_sequences=False and share_prefix=False")
+        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=load_dtype,
+                                                     attn_implementation="sdpa" if windowed else register())
         if c["gradient_checkpointing"]:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if self.lora is not None:
+            # peft swaps the targeted linears for LoRA layers in place, so the wrapper's
+            # get_decoder() runs the adapters. Non-reentrant checkpointing needs no
+            # enable_input_require_grads: it does not skip a segment whose input needs no grad.
+            model = apply_lora(model, c["lora"])
         model.train()
         self.pad_id = model.config.pad_token_id if model.config.pad_token_id is not None else 0
         if c["offload"] != "none":
@@ -318,42 +330,76 @@ class Learner:
         dist.all_reduce(t, op=dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX)
         return t.tolist()
 
-    def _tensors(self, samples: list[dict]) -> dict:
-        width = max(len(s["ids"]) for s in samples)
-        n = len(samples)
+    def _row_tensors(self, samples: list[dict], row: Row) -> dict:
+        """The row's lines as [lines, width] tensors, right-padded: token ids, position ids (a
+        segment's restart at its start in the sample), loss mask, behaviour log-probs, token
+        weights, each token's advantage and sequence index (for GSPO), and the spans the
+        attention needs (offset and length of each segment in its line)."""
+        n, width = len(row.lines), row.width
         ids = torch.full((n, width), self.pad_id, dtype=torch.long)
+        pos = torch.arange(width, dtype=torch.long).repeat(n, 1)
         mask = torch.zeros((n, width), dtype=torch.bool)
-        blp = torch.zeros((n, width), dtype=torch.float32)
-        tw = torch.ones((n, width), dtype=torch.float32)
-        for i, s in enumerate(samples):
-            k = len(s["ids"])
-            ids[i, :k] = torch.tensor(s["ids"], dtype=torch.long)
-            mask[i, :k] = torch.tensor(s["loss_mask"], dtype=torch.bool)
-            blp[i, :k] = torch.tensor(s["behaviour_logprobs"], dtype=torch.float32)
-            tw[i, :k] = torch.tensor(s["token_weight"], dtype=torch.float32)
-        adv = torch.tensor([float(s["advantage"]) for s in samples], dtype=torch.float32)
-        return {k: v.to(self.device) for k, v in
-                {"ids": ids, "mask": mask, "blp": blp, "tw": tw, "adv": adv}.items()}
+        blp, tw, adv = torch.zeros((n, width)), torch.ones((n, width)), torch.zeros((n, width))
+        seq = torch.zeros((n, width), dtype=torch.long)
+        spans, k = [], 0
+        for i, line in enumerate(row.lines):
+            at, line_spans = 0, []
+            for seg in line:
+                s, sl = samples[seg.sample], slice(at, at + seg.length)
+                ids[i, sl] = torch.tensor(s["ids"][seg.start:], dtype=torch.long)
+                pos[i, sl] = torch.arange(seg.start, seg.start + seg.length)
+                mask[i, sl] = torch.tensor(s["loss_mask"][seg.start:], dtype=torch.bool)
+                blp[i, sl] = torch.tensor(s["behaviour_logprobs"][seg.start:], dtype=torch.float32)
+                tw[i, sl] = torch.tensor(s["token_weight"][seg.start:], dtype=torch.float32)
+                adv[i, sl] = float(s["advantage"])
+                seq[i, sl] = k
+                line_spans.append((at, seg.length))
+                at, k = at + seg.length, k + 1
+            seq[i, at:] = k - 1  # pads belong to the line's last sequence; their mask is 0
+            spans.append(line_spans)
+        out = {k: v.to(self.device) for k, v in
+               {"ids": ids, "pos": pos, "mask": mask, "blp": blp, "tw": tw, "adv": adv, "seq": seq}.items()}
+        out["spans"] = spans
+        return out
 
-    def _forward_logprobs(self, ids: torch.Tensor, mask: torch.Tensor, temperature: float) -> torch.Tensor:
-        # Right padding with a causal mask: real tokens never attend to the pads after them,
-        # so no attention mask is needed (and SDPA keeps its fast causal path). The decoder
-        # runs on every token; the vocabulary projection only where there is a loss.
+    def _hidden(self, ids: torch.Tensor, pos: torch.Tensor | None, attend: Attend | None) -> torch.Tensor:
+        # The decoder runs on every token; the vocabulary projection only where there is a loss.
         autocast = self.engine is None and self.config["dtype"] != "float32"
         with torch.autocast(self.device.type, dtype=_DTYPES[self.config["dtype"]], enabled=autocast):
-            hidden = self.module.get_decoder()(input_ids=ids, use_cache=False).last_hidden_state
-            return masked_token_logprobs(hidden, self.module.get_output_embeddings(), ids, mask, temperature)
+            return self.module.get_decoder()(input_ids=ids, position_ids=pos, use_cache=False,
+                                             attend=attend).last_hidden_state
 
-    def _loss(self, batch: dict, normaliser: float, objective: str):
+    def _loss(self, batch: dict, normaliser: float, objective: str, attend: Attend | None = None):
+        hidden = self._hidden(batch["ids"], batch["pos"], attend)
+        head = self.module.get_output_embeddings()
         if objective == "sft":  # the model's own distribution: temperature 1
-            return sft_loss(self._forward_logprobs(batch["ids"], batch["mask"], 1.0), batch["tw"], batch["mask"],
-                            num_tokens=normaliser)
-        logp = self._forward_logprobs(batch["ids"], batch["mask"], self.config["temperature"])
+            return sft_loss(masked_token_logprobs(hidden, head, batch["ids"], batch["mask"], 1.0), batch["tw"],
+                            batch["mask"], num_tokens=normaliser)
+        logp = masked_token_logprobs(hidden, head, batch["ids"], batch["mask"], self.config["temperature"])
         if objective == "gspo":
             return gspo_loss(logp, batch["blp"], batch["adv"], batch["tw"], batch["mask"],
-                             clip_eps=self.config["gspo_clip_eps"], num_sequences=normaliser)
+                             clip_eps=self.config["gspo_clip_eps"], num_sequences=normaliser, seq=batch["seq"])
         return grpo_loss(logp, batch["blp"], batch["adv"], batch["tw"], batch["mask"],
                          clip_eps=self.config["clip_eps"], num_tokens=normaliser)
+
+    def _passes(self, samples: list[dict], layout: Layout, normaliser: float, objective: str):
+        """Yield (tensor to backward, loss stats or None) per backward pass of the layout.
+
+        A shared prefix runs forward first; its keys and values become leaves that the rows
+        attend to, and after the rows' backward passes have filled the leaves' gradients,
+        one more pass sends those through the prefix (stats None: it is not a loss)."""
+        for cluster in layout.clusters:
+            kv = None
+            if cluster.prefix:
+                kv = PrefixKV()
+                ids = torch.tensor([cluster.prefix], dtype=torch.long, device=self.device)
+                self._hidden(ids, None, Attend([[(0, len(cluster.prefix))]], kv, mode="prefix"))
+                kv.detach()
+            for row in cluster.rows:
+                batch = self._row_tensors(samples, row)
+                yield self._loss(batch, normaliser, objective, Attend(batch["spans"], kv))
+            if kv is not None:
+                yield kv.surrogate(), None
 
     def update(self, samples: list[dict], objective: str | None = None, lr: float | None = None) -> dict:
         """One optimiser step on ``samples`` (this rank's shard); returns metrics.
@@ -376,11 +422,12 @@ class Learner:
         objective = objective or c["algorithm"]
         if objective not in OBJECTIVES:
             raise ValueError(f"unknown objective {objective!r}; choose one of {OBJECTIVES}")
-        groups = micro_batches([len(s["ids"]) for s in samples], c["micro_batch_tokens"])
+        layout = plan([s["ids"] for s in samples], [s["loss_mask"] for s in samples], c["micro_batch_tokens"],
+                      pack=c["pack_sequences"], share=c["share_prefix"])
         tokens = sum(sum(1 for m in s["loss_mask"] if m) for s in samples)
         seqs = sum(1 for s in samples if any(s["loss_mask"]))
         tokens, seqs, n_samples = self._all_reduce([float(tokens), float(seqs), float(len(samples))])
-        (n_micro,) = self._all_reduce([float(len(groups))], op="max")
+        (n_passes,) = self._all_reduce([float(layout.passes)], op="max")
         normaliser = seqs if objective == "gspo" else tokens
         if tokens == 0:
             # Nothing to learn from; an Adam step on zero gradients would still move the
@@ -395,24 +442,26 @@ class Learner:
 
         totals: dict = {}
         loss_sum = 0.0
-        filler = samples[:1] or [self._filler_sample()]
-        for k in range(int(n_micro)):
-            last = k == int(n_micro) - 1
+        passes = self._passes(samples, layout, normaliser, objective)
+        for k in range(int(n_passes)):
             if self.engine is not None:
-                self.engine.set_gradient_accumulation_boundary(last)
-            if k < len(groups):
-                loss, stats = self._loss(self._tensors([samples[i] for i in groups[k]]), normaliser, objective)
-                add_stats(totals, stats)
-            else:
-                # This rank ran out of micro-batches: a zero-loss pass keeps the collective
+                self.engine.set_gradient_accumulation_boundary(k == int(n_passes) - 1)
+            loss, stats = next(passes, (None, None))
+            if loss is None:
+                # This rank ran out of passes: a zero-loss pass keeps the collective
                 # gathers/reductions of ZeRO in step with the other ranks.
-                loss, _ = self._loss(self._tensors(filler), normaliser, objective)
-                loss = loss * 0.0
-            loss_sum += float(loss.detach())
+                filler = samples[:1] or [self._filler_sample()]
+                loss = self._loss(self._row_tensors(filler, Row([[Segment(0, 0, len(filler[0]["ids"]))]])),
+                                  normaliser, objective)[0] * 0.0
+            elif stats is not None:
+                add_stats(totals, stats)
+                loss_sum += float(loss.detach())
+                loss = loss * scale
+            # else: a shared prefix's pass, whose leaf gradients already carry the scale
             if self.engine is not None:
-                self.engine.backward(loss * scale)
+                self.engine.backward(loss)
             else:
-                (loss * scale).backward()
+                loss.backward()
 
         grad_norm, stepped = self._optimizer_step(lr)
         self.step += int(stepped)
@@ -423,10 +472,11 @@ class Learner:
             release_host_memory()
         seconds = time.perf_counter() - t0
         return {"loss": loss_sum, **finish_stats(dict(zip(keys, summed))), "grad_norm": grad_norm,
-                "num_tokens": int(tokens), "num_samples": int(n_samples), "num_micro_batches": len(groups),
+                "num_tokens": int(tokens), "num_samples": int(n_samples), "num_micro_batches": sum(len(cl.rows) for cl in layout.clusters),
                 "step": self.step, "lr": float(lr if lr is not None else self.optimizer.param_groups[0]["lr"]),
                 "seconds": seconds, "tokens_per_s": processed / seconds, "skipped": not stepped, "nonfinite": not stepped,
-                "host_rss_gib": psutil.Process().memory_info().rss / 2**30}
+                "host_rss_gib": psutil.Process().memory_info().rss / 2**30,
+                **layout.stats([len(s["ids"]) for s in samples])}
 
     def _filler_sample(self) -> dict:
         # The input of a rank's zero-loss passes when its shard is empty: any finite loss
@@ -482,7 +532,11 @@ class Learner:
     # ---- weights and checkpoints --------------------------------------------------------
     def _full_params(self):
         """(name, full tensor on the learner's device) per parameter, in order; under ZeRO-3
-        one parameter is gathered at a time, so no more than one full copy exists at once."""
+        one parameter is gathered at a time, so no more than one full copy exists at once.
+        With LoRA: the merged weights under the base model's names (what the engines hold)."""
+        if self.lora is not None:  # never ZeRO-3 (check_lora), so every tensor is whole here
+            yield from merged_weights(self.module)
+            return
         zero3 = self.engine is not None and self.config["zero_stage"] == 3
         for name, p in self.module.named_parameters():
             if zero3:
@@ -503,6 +557,8 @@ class Learner:
     def join_gather(self) -> int:
         """Take part in another rank's ``get_weights`` / ``export_hf`` under ZeRO-3 (each
         parameter's gather is collective) without keeping a copy. Returns parameters seen."""
+        if self.lora is not None:  # nothing is gathered without ZeRO-3, so there is nothing to merge either
+            return sum(1 for _ in base_parameters(self.module))
         return sum(1 for _ in self._full_params())
 
     # ---- broadcast weight sync (rti_actors.weight_sync) ---------------------------------
@@ -516,6 +572,8 @@ class Learner:
         return True
 
     def weight_meta(self) -> list[tuple[str, list[int], str]]:
+        if self.lora is not None:  # the merged weights: the base model's names, shapes and dtypes
+            return [(name, list(p.shape), str(p.dtype)) for name, p in base_parameters(self.module)]
         return [(name, list(getattr(p, "ds_shape", None) or p.shape), str(p.dtype))
                 for name, p in self.module.named_parameters()]
 
@@ -536,19 +594,25 @@ class Learner:
         return len(self.weight_meta())
 
     def save(self, path: str) -> str:
-        """Model, optimiser, step and RNG states, so that ``load`` then ``update`` continues exactly."""
+        """Model, optimiser, step and RNG states, so that ``load`` then ``update`` continues exactly.
+        With LoRA the model part is the adapters only: the frozen base is the model folder,
+        which the loading learner has already read."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         (path / f"rng_rank{self.rank}.json").write_text(json.dumps({"step": self.step, "rng": _rng_state()}))
+        lora = self.lora is not None
         if self.engine is not None:
             self.engine.save_checkpoint(str(path), tag=_CHECKPOINT_TAG, client_state={"step": self.step},
-                                        save_latest=False)
+                                        save_latest=False, exclude_frozen_parameters=lora)
         else:
-            torch.save({"step": self.step, "model": self.module.state_dict(), "optimizer": self.optimizer.state_dict()},
+            model = ({n: p.detach() for n, p in self.module.named_parameters() if p.requires_grad} if lora
+                     else self.module.state_dict())
+            torch.save({"step": self.step, "model": model, "optimizer": self.optimizer.state_dict()},
                        path / "torch_learner.pt")
         if self.rank == 0:
             meta = {"backend": self.config["backend"], "zero_stage": self.config["zero_stage"],
-                    "world_size": self.world_size, "step": self.step, "model_path": self.model_path}
+                    "world_size": self.world_size, "step": self.step, "model_path": self.model_path,
+                    "lora": self.lora}
             (path / "learner.json").write_text(json.dumps(meta, indent=2))
         return str(path)
 
@@ -565,6 +629,11 @@ class Learner:
         if meta["backend"] != self.config["backend"]:
             raise ValueError(f"checkpoint {path} was saved by the {meta['backend']!r} backend; "
                              f"load it with learner backend={meta['backend']!r}")
+        if meta.get("lora") != self.lora:  # a checkpoint from before LoRA existed is a full fine-tune
+            raise ValueError(f"checkpoint {path} was saved with lora={meta.get('lora')}; this learner has "
+                             f"lora={self.lora}. Restore with the same learners(lora=...) setting (the adapters' "
+                             "shapes and scale follow it); to change it, start a new learner from a folder that "
+                             "export_hf wrote (the merged weights)")
         if self.engine is not None:
             here = {"zero_stage": self.config["zero_stage"], "world_size": self.world_size}
             there = {k: meta[k] for k in here}
@@ -572,13 +641,20 @@ class Learner:
                 # DeepSpeed's optimiser shards are laid out per stage and rank count.
                 raise ValueError(f"checkpoint {path} was saved with {there}; this learner has {here}. "
                                  "Restore with the same zero_stage and world_size (or use export_hf for weights only)")
+            # with LoRA the saved module state is the adapters alone (the base stays as loaded)
             loaded, _ = self.engine.load_checkpoint(str(path), tag=_CHECKPOINT_TAG, load_optimizer_states=True,
-                                                    load_lr_scheduler_states=False)
+                                                    load_lr_scheduler_states=False,
+                                                    load_module_strict=self.lora is None)
             if loaded is None:
                 raise FileNotFoundError(f"DeepSpeed found no checkpoint '{_CHECKPOINT_TAG}' under {path}")
         else:
             state = torch.load(path / "torch_learner.pt", map_location=self.device, weights_only=True)
-            self.module.load_state_dict(state["model"])
+            if self.lora is not None:  # the adapters only, every one of them; the base stays as loaded
+                trainable = {n for n, p in self.module.named_parameters() if p.requires_grad}
+                if set(state["model"]) != trainable:
+                    raise ValueError(f"checkpoint {path} holds other adapter weights than this learner's "
+                                     f"({len(state['model'])} saved, {len(trainable)} here)")
+            self.module.load_state_dict(state["model"], strict=self.lora is None)
             self.optimizer.load_state_dict(state["optimizer"])
         for group in self.optimizer.param_groups:
             group["lr"] = self.config["lr"]
@@ -588,7 +664,8 @@ class Learner:
         return self.step
 
     def export_hf(self, path: str) -> str:
-        """A plain HF folder (weights, config, tokenizer) that transformers and vLLM load."""
+        """A plain HF folder (weights, config, tokenizer) that transformers and vLLM load; with
+        LoRA the merged weights, and the adapter itself in ``<path>/adapter`` (peft's format)."""
         from transformers import AutoTokenizer
 
         if self.rank != 0:  # only rank 0 writes; the others take part in its ZeRO-3 gathers
@@ -596,7 +673,14 @@ class Learner:
             return str(path)
         weights = self.get_weights()
         Path(path).mkdir(parents=True, exist_ok=True)
-        self.module.save_pretrained(path, state_dict=weights)
+        if self.lora is None:
+            self.module.save_pretrained(path, state_dict=weights)
+        else:
+            # peft's save_pretrained writes the adapter alone: the model under it writes the
+            # merged weights, config and generation config as a plain model; the adapter is
+            # kept beside them for whoever wants it (no engine reads a subfolder).
+            self.module.get_base_model().save_pretrained(path, state_dict=weights)
+            self.module.save_pretrained(Path(path) / "adapter")
         AutoTokenizer.from_pretrained(self.model_path).save_pretrained(path)
         return str(path)
 

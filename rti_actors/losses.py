@@ -60,6 +60,13 @@ def _masked_log_ratio(logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: to
     return torch.where(mask, logp - behaviour_logp, torch.zeros_like(logp))
 
 
+def _token_advantages(advantages: torch.Tensor, token_weight: torch.Tensor, dtype) -> torch.Tensor:
+    # one advantage per row ([batch]) or per token ([batch, length]: a packed row holds
+    # several sequences, each with its own)
+    adv = advantages if advantages.dim() == 2 else advantages[:, None]
+    return adv.to(dtype) * token_weight.to(dtype)
+
+
 def _clipped_surrogate(ratio: torch.Tensor, adv: torch.Tensor, eps_low: float, eps_high: float):
     """Per-element PPO-clip loss and whether the clipped branch was the one taken."""
     unclipped = -ratio * adv
@@ -80,7 +87,7 @@ def grpo_loss(logp: torch.Tensor, behaviour_logp: torch.Tensor, advantages: torc
     n = float(mask.sum()) if num_tokens is None else float(num_tokens)
     log_ratio = _masked_log_ratio(logp, behaviour_logp, mask)
     ratio = torch.exp(log_ratio)
-    adv = advantages[:, None].to(logp.dtype) * token_weight.to(logp.dtype)
+    adv = _token_advantages(advantages, token_weight, logp.dtype)
     per_token, was_clipped = _clipped_surrogate(ratio, adv, clip_eps, clip_eps)
     loss = torch.where(mask, per_token, torch.zeros_like(per_token)).sum() / max(n, 1.0)
     with torch.no_grad():
@@ -94,7 +101,7 @@ def grpo_loss(logp: torch.Tensor, behaviour_logp: torch.Tensor, advantages: torc
 
 def gspo_loss(logp: torch.Tensor, behaviour_logp: torch.Tensor, advantages: torch.Tensor,
               token_weight: torch.Tensor, mask: torch.Tensor, clip_eps=GSPO_CLIP_EPS,
-              num_sequences: float | None = None) -> tuple[torch.Tensor, dict]:
+              num_sequences: float | None = None, seq: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
     """GSPO with sequence-level, length-normalised ratios and sequence-level clipping.
 
     s_i = exp(mean over sequence i's loss tokens of (logp - behaviour_logp)). Per token the
@@ -103,25 +110,33 @@ def gspo_loss(logp: torch.Tensor, behaviour_logp: torch.Tensor, advantages: torc
     each token carry its own advantage A_i * token_weight_t. Aggregation: mean over each
     sequence's loss tokens, then sum over sequences divided by ``num_sequences`` (default:
     sequences in this batch with at least one loss token). ``clip_eps`` is a float
-    (symmetric) or a (low, high) pair.
+    (symmetric) or a (low, high) pair. ``seq`` ([batch, length], default: one sequence per
+    row) numbers the sequence each token belongs to, for rows that pack several.
     """
     eps_low, eps_high = (clip_eps, clip_eps) if isinstance(clip_eps, (int, float)) else tuple(clip_eps)
     mask = mask.bool()
-    lengths = mask.sum(dim=1)
+    if seq is None:
+        seq = torch.arange(mask.shape[0], device=mask.device)[:, None].expand(mask.shape)
+    flat = seq.reshape(-1)
+    count = int(flat.max()) + 1 if flat.numel() else 0
+
+    def per_sequence(x: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(count, dtype=x.dtype, device=x.device).index_add(0, flat, x.reshape(-1))
+
+    lengths = per_sequence(mask.to(logp.dtype))
     has_loss = lengths > 0
     n = float(has_loss.sum()) if num_sequences is None else float(num_sequences)
     log_ratio = _masked_log_ratio(logp, behaviour_logp, mask)
-    seq_log_ratio = log_ratio.sum(dim=1) / lengths.clamp(min=1)
-    seq_ratio = torch.exp(seq_log_ratio).detach()
-    ratio = seq_ratio[:, None] * torch.exp(logp - logp.detach())
-    adv = advantages[:, None].to(logp.dtype) * token_weight.to(logp.dtype)
+    seq_ratio = torch.exp(per_sequence(log_ratio) / lengths.clamp(min=1)).detach()
+    ratio = seq_ratio[seq] * torch.exp(logp - logp.detach())
+    adv = _token_advantages(advantages, token_weight, logp.dtype)
     per_token, was_clipped = _clipped_surrogate(ratio, adv, eps_low, eps_high)
     per_token = torch.where(mask, per_token, torch.zeros_like(per_token))
-    loss = (per_token.sum(dim=1) / lengths.clamp(min=1)).sum() / max(n, 1.0)
+    loss = (per_sequence(per_token) / lengths.clamp(min=1)).sum() / max(n, 1.0)
     with torch.no_grad():
         # Positive token weights keep every token of a sequence on the same side of the
         # clip, so "clipped" is a per-sequence count, like the GSPO paper reports it.
-        seq_clipped = (was_clipped & mask).any(dim=1) & has_loss
+        seq_clipped = (per_sequence((was_clipped & mask).to(logp.dtype)) > 0) & has_loss
         stats = {"loss_tokens": float(mask.sum()),
                  "clipped": float(seq_clipped.sum()),
                  "clip_units": float(has_loss.sum()),

@@ -60,3 +60,26 @@ def perturbed_model(model_path: str, out_dir, scale: float = 0.05, seed: int = 1
     model.save_pretrained(out_dir)
     AutoTokenizer.from_pretrained(model_path).save_pretrained(out_dir)
     return model
+
+
+@pytest.fixture(scope="module")
+def isolated_process_group():
+    """For a module whose DeepSpeed learners initialise torch.distributed (and its variables)
+    in the test process: undo that afterwards, so later tests see a clean process."""
+    import torch
+
+    keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+    saved = {k: os.environ.get(k) for k in keys}
+    yield
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+    import deepspeed.comm.comm as ds_comm
+    import deepspeed.utils.groups as ds_groups
+    ds_comm.cdb = None
+    # DeepSpeed keeps a clone of the world group, which the next process group would not know
+    ds_groups._WORLD_GROUP = ds_groups._DATA_PARALLEL_GROUP = ds_groups._ZERO_PARAM_INTRA_PARALLEL_GROUP = None
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v

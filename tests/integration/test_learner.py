@@ -19,31 +19,14 @@ import torch
 
 from envs import make_env
 from policies.chat import ChatRenderer
+from rti_actors.batch_layout import plan
 from rti_actors.demonstrations import record_agent, to_sample
-from rti_actors.learner import Learner, check_samples, estimate_memory_gib, micro_batches
+from rti_actors.learner import Learner, check_samples, estimate_memory_gib
 from rti_actors.losses import token_logprobs
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("isolated_process_group")]
 
 LR = 1e-3  # large, so a few steps move a tiny model measurably
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _isolated_process_group():
-    # DeepSpeed initialises torch.distributed (and its env vars) in this process; undo it
-    # afterwards so later tests in the same pytest run see a clean process.
-    keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
-    saved = {k: os.environ.get(k) for k in keys}
-    yield
-    if torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
-    import deepspeed.comm.comm as ds_comm
-    ds_comm.cdb = None
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
 
 
 def make_batch(seed=0, n=4, prompt=6, completion=10):
@@ -235,7 +218,8 @@ def test_memory_estimate_counts_model_states(tiny_model_path):
 
 def test_micro_batches_respect_the_token_budget():
     lengths = [10, 50, 20, 20, 70, 5]
-    groups = micro_batches(lengths, budget=60)
+    rows = plan([[1] * n for n in lengths], [[0] * n for n in lengths], budget=60).clusters[0].rows
+    groups = [sorted(line[0].sample for line in r.lines) for r in rows]
     assert sorted(i for g in groups for i in g) == list(range(6))
     for g in groups:
         assert len(g) == 1 or len(g) * max(lengths[i] for i in g) <= 60

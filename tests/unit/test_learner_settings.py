@@ -13,18 +13,21 @@ from rti_actors.learner import DEFAULTS, SAMPLE_KEYS, Learner, LearnerSample, Qu
 from rti_actors.losses import GSPO_CLIP_EPS, gspo_loss
 
 KEYS = {"algorithm", "lr", "weight_decay", "clip_eps", "gspo_clip_eps", "temperature", "zero_stage",
-        "micro_batch_tokens", "grad_clip", "seed", "backend", "dtype", "gradient_checkpointing", "offload"}
+        "micro_batch_tokens", "grad_clip", "seed", "backend", "dtype", "gradient_checkpointing", "offload",
+        "pack_sequences", "share_prefix", "lora"}
 
 
 def test_learner_settings_map_the_config():
     cfg = (RTIConfig().training(algorithm="gspo", lr=2e-6, clip=0.3, gspo_clip=2e-4, micro_batch_tokens=1024)
-           .policy(temperature=0.6).learners(zero_stage=2, dtype="float32", backend="torch").debugging(seed=7))
+           .policy(temperature=0.6).learners(zero_stage=2, dtype="float32", backend="torch", share_prefix=True,
+                                             lora={"r": 4}).debugging(seed=7))
     s = learner_settings(cfg)
     assert set(s) == KEYS
     assert s == {"algorithm": "gspo", "lr": 2e-6, "weight_decay": 0.1, "clip_eps": 0.3,
                  "gspo_clip_eps": (2e-4, 2e-4),  # a float is a symmetric clip
                  "temperature": 0.6, "zero_stage": 2, "micro_batch_tokens": 1024, "grad_clip": 1.0, "seed": 7,
-                 "backend": "torch", "dtype": "float32", "gradient_checkpointing": False, "offload": "none"}
+                 "backend": "torch", "dtype": "float32", "gradient_checkpointing": False, "offload": "none",
+                 "pack_sequences": False, "share_prefix": True, "lora": {"r": 4}}
     # the learner's defaults are the config's, plus process-level keys only
     assert {k: DEFAULTS[k] for k in KEYS} == learner_settings(RTIConfig())
     assert set(DEFAULTS) - KEYS == {"betas", "rank", "world_size", "master_addr", "master_port"}

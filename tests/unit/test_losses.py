@@ -223,3 +223,27 @@ def test_masked_token_logprobs_equal_full_logprobs_on_the_mask():
     hidden.grad = None
     full[mask].sum().backward()
     assert torch.allclose(g1, hidden.grad, atol=1e-6)
+
+
+def test_gspo_on_a_packed_row_equals_the_padded_rows():
+    # two sequences end to end in one row, told apart by their sequence index, give the
+    # loss and gradient of the same two sequences as right-padded rows
+    torch.manual_seed(4)
+    a_len, b_len = 6, 9
+    logp = (-torch.rand(a_len + b_len, dtype=torch.float64) * 2).requires_grad_(True)
+    blp = -torch.rand(a_len + b_len, dtype=torch.float64) * 2
+    mask = torch.ones(a_len + b_len, dtype=torch.long)
+    mask[0] = mask[a_len] = 0
+    w = 0.8 + 0.4 * torch.rand(a_len + b_len, dtype=torch.float64)
+    adv = torch.tensor([0.9, -1.3], dtype=torch.float64)
+    seq = torch.tensor([0] * a_len + [1] * b_len)
+    packed, stats = gspo_loss(logp[None], blp[None], adv[seq][None], w[None], mask[None], clip_eps=0.1, seq=seq[None])
+    packed.backward()
+    g_packed = logp.grad.clone()
+    logp.grad = None
+    parts = [slice(0, a_len), slice(a_len, a_len + b_len)]
+    padded, stats2 = gspo_loss(_pad([logp[p] for p in parts]), _pad([blp[p] for p in parts]), adv,
+                               _pad([w[p] for p in parts], 1.0), _pad([mask[p] for p in parts], 0), clip_eps=0.1)
+    padded.backward()
+    assert torch.allclose(packed, padded) and torch.allclose(g_packed, logp.grad)
+    assert stats == stats2
