@@ -31,7 +31,7 @@ import torch
 ATTENTION = "rti_segments"
 # A prefix shorter than this is not worth a pass of its own (its K/V kept alive, one more
 # backward): the samples of such a cluster run unshared.
-MIN_SHARED_TOKENS = 32
+MIN_SHARED_TOKENS = 16
 
 
 @dataclass(frozen=True)

@@ -113,9 +113,7 @@ def assert_same_step(a: tuple[dict, dict], b: tuple[dict, dict], rtol: float = 1
 
 @pytest.mark.parametrize("algorithm", ["grpo", "gspo"])
 @pytest.mark.parametrize("layout", ["packed", "shared", "shared+packed"])
-def test_layouts_give_the_padded_step(tiny_model_path, algorithm, layout, monkeypatch):
-    import rti_actors.batch_layout as bl
-    monkeypatch.setattr(bl, "MIN_SHARED_TOKENS", 16)
+def test_layouts_give_the_padded_step(tiny_model_path, algorithm, layout):
     samples = group_batch()
     base = one_step(tiny_model_path, samples, algorithm, LAYOUTS["padded"])
     other = one_step(tiny_model_path, samples, algorithm, LAYOUTS[layout])
@@ -128,9 +126,7 @@ def test_layouts_give_the_padded_step(tiny_model_path, algorithm, layout, monkey
     assert base[0]["padding_frac"] > 0
 
 
-def test_shared_prefix_is_exact_for_sft_under_deepspeed_with_checkpointing(tiny_family_models, monkeypatch):
-    import rti_actors.batch_layout as bl
-    monkeypatch.setattr(bl, "MIN_SHARED_TOKENS", 16)
+def test_shared_prefix_is_exact_for_sft_under_deepspeed_with_checkpointing(tiny_family_models):
     path = tiny_family_models("qwen3")
     samples = group_batch(seed=3)
     extra = {"gradient_checkpointing": True}
@@ -181,10 +177,8 @@ def test_sliding_window_models_keep_transformers_attention_and_refuse_the_layout
 
 
 @pytest.mark.parametrize("zero_stage,layout", [(2, "shared+packed"), (3, "packed")])
-def test_layouts_are_exact_under_zero(tiny_model_path, zero_stage, layout, monkeypatch):
+def test_layouts_are_exact_under_zero(tiny_model_path, zero_stage, layout):
     # ZeRO-2 partitions the gradients; the prefix's backward comes after the rows' own
-    import rti_actors.batch_layout as bl
-    monkeypatch.setattr(bl, "MIN_SHARED_TOKENS", 16)
     samples = group_batch(seed=5)
     base = one_step(tiny_model_path, samples, "grpo", LAYOUTS["padded"], backend="deepspeed", zero_stage=zero_stage)
     other = one_step(tiny_model_path, samples, "grpo", LAYOUTS[layout], backend="deepspeed", zero_stage=zero_stage)
