@@ -59,7 +59,8 @@ def build_config(args) -> RTIConfig:
                       tasks_per_iteration=args.tasks_per_iteration, lr=args.lr)
             .learners(backend=args.learner_backend, zero_stage=args.zero_stage,
                       num_gpus_per_learner=1 if args.gpu else 0, dtype="bfloat16" if args.gpu else args.learner_dtype)
-            .sft(lr=args.sft_lr, epochs=args.sft_epochs, batch_size=args.sft_batch_size)
+            .sft(lr=args.sft_lr, epochs=args.sft_epochs, batch_size=args.sft_batch_size,
+                 checkpoint_every=args.sft_checkpoint_every)
             .evaluation(num_samples=args.eval_samples, num_tasks=args.eval_tasks, temperature=args.eval_temperature)
             .reporting(run_name=args.run_name, run_dir=args.run_dir))
 
@@ -103,6 +104,8 @@ def main(argv=None):
     ap.add_argument("--sft-epochs", type=int, default=2)
     ap.add_argument("--sft-lr", type=float, default=1e-5)
     ap.add_argument("--sft-batch-size", type=int, default=8)
+    ap.add_argument("--sft-checkpoint-every", type=int, default=0, metavar="N",
+                    help="a checkpoint every N warm-start steps and at its end; --resume continues from it")
     ap.add_argument("--export-policy", default=None, metavar="DIR",
                     help="at the end, write the policy as a plain HF folder (loadable with --model DIR)")
     ap.add_argument("--gpu", action="store_true")

@@ -63,6 +63,7 @@ class Algorithm:
         self.iteration = 0
         self.version = 0
         self.learner_step = 0  # the learner's optimiser steps, to count what a learner crash lost
+        self.sft_progress: dict = {}  # the warm start's steps done and planned, saved with each checkpoint
         self.monitor = ActorMonitor(g.kinds())
         self.redone: Counter = Counter()  # what the driver redid after a crash (faults/...)
         self._last_save: Path | None = None  # where a crashed learner is rebuilt from
@@ -160,7 +161,11 @@ class Algorithm:
         """Supervised warm start: cross-entropy on the assistant tokens of demonstrations (a
         JSONL path or a list of records, see ``rti_actors.demonstrations``), through the
         same renderer, learner and checkpoints as RL; then the engines get the new weights.
-        Settings: ``.sft(lr, epochs, batch_size, min_reward, reset_optimizer)``."""
+        Settings: ``.sft(lr, epochs, batch_size, min_reward, reset_optimizer, checkpoint_every)``.
+
+        A run resumed from a checkpoint the warm start wrote (``sft(checkpoint_every=N)``)
+        continues it at the next step, in the same order; from a checkpoint after it, it
+        trains nothing. Either way the demonstrations must be the ones it started with."""
         s, max_len = self.config["sft"], self.config["policy"]["max_model_len"]
         t0 = time.perf_counter()
         records = reaching(read_jsonl(demonstrations) if isinstance(demonstrations, (str, os.PathLike))
@@ -172,27 +177,43 @@ class Algorithm:
         if not samples:
             raise ValueError(f"no demonstration to train on: {len(records)} passed min_reward={s['min_reward']}, "
                              f"{too_long} of them longer than max_model_len={max_len}")
-        write_jsonl(self.run_dir / "demonstrations.jsonl", kept, append=True)  # what was trained on
+        # Each epoch's order comes from the seed and the epoch alone, so a resumed warm start
+        # takes the same batches as the run it continues.
+        seed = self.config["debugging"]["seed"]
+        steps = [(epoch, order[i:i + s["batch_size"]]) for epoch in range(s["epochs"])
+                 for order in [np.random.default_rng((seed, epoch)).permutation(len(samples))]
+                 for i in range(0, len(samples), s["batch_size"])]
+        plan = {"steps": len(steps), "demonstrations": len(samples), "tokens": sum(len(x["ids"]) for x in samples)}
+        done = self.sft_progress.get("done", 0)
+        if done and {k: self.sft_progress.get(k) for k in plan} != plan:
+            raise ValueError(f"this run was warm-started on other demonstrations ({self.sft_progress}, now {plan}): "
+                             "resume it with the same ones, or start a new run")
+        if done < len(steps):
+            write_jsonl(self.run_dir / "demonstrations.jsonl", kept, append=done == 0)  # what is trained on
         losses, tokens = [], 0
-        bar = _progress(s["epochs"] * len(samples), self.interactive, "sft")
-        for epoch in range(s["epochs"]):
-            order = self.rng.permutation(len(samples))
-            for i in range(0, len(order), s["batch_size"]):
-                batch = [samples[j] for j in order[i:i + s["batch_size"]]]
-                m = self.learner.update(batch, "sft", s["lr"])
-                self.learner_step = m["step"]
-                m["epoch"] = epoch
-                self.reporter.log("sft", m["step"], m)
-                losses.append(m["loss"])
-                tokens += m["num_tokens"]
-                bar.update(len(batch))
+        bar = _progress(len(steps) - done, self.interactive, "sft")
+        for k in range(done, len(steps)):
+            epoch, order = steps[k]
+            m = self.learner.update([samples[j] for j in order], "sft", s["lr"])
+            self.learner_step = m["step"]
+            m["epoch"] = epoch
+            self.reporter.log("sft", m["step"], m)
+            losses.append(m["loss"])
+            tokens += m["num_tokens"]
+            bar.update(1)
+            self.sft_progress = {**plan, "done": k + 1}
+            if k + 1 == len(steps):
+                if s["reset_optimizer"]:
+                    self.learner.reset_optimizer_state()
+                self._publish()
+            if s["checkpoint_every"] and ((k + 1) % s["checkpoint_every"] == 0 or k + 1 == len(steps)):
+                self.save(periodic_path(self.run_dir, self.iteration, sft_step=k + 1))
+                prune(self.run_dir, self.config["checkpointing"]["keep"])
         bar.close()
-        if s["reset_optimizer"]:
-            self.learner.reset_optimizer_state()
-        self._publish()
         return {"num_demonstrations": len(samples), "skipped_too_long": too_long, "epochs": s["epochs"],
-                "steps": len(losses), "loss_first": losses[0], "loss_last": losses[-1],
-                "loss_last_epoch": float(np.mean(losses[-max(1, len(losses) // s["epochs"]):])),
+                "steps": len(losses), "resumed_at_step": done, "loss_first": losses[0] if losses else None,
+                "loss_last": losses[-1] if losses else None,
+                "loss_last_epoch": float(np.mean(losses[-max(1, len(steps) // s["epochs"]):])) if losses else None,
                 "trained_tokens": int(tokens), "seconds": time.perf_counter() - t0, "policy_version": self.version}
 
     # ---- intervention -----------------------------------------------------------------------
@@ -209,7 +230,8 @@ class Algorithm:
         path = Path(path)
         # rollouts still in flight are not saved: the restored run draws the same tasks again
         rng = self._rng_before_next if self._next is not None else self.rng.bit_generator.state
-        state = {"iteration": self.iteration, "version": self.version, "rng": rng, "learner_step": self.learner_step}
+        state = {"iteration": self.iteration, "version": self.version, "rng": rng, "learner_step": self.learner_step,
+                 "sft": self.sft_progress}
         with atomic_dir(path, {k: v for k, v in state.items() if k != "rng"}) as tmp:
             self.learner.save(str(tmp / "learner"))
             (tmp / "config.json").write_text(self.config.to_json())
@@ -224,7 +246,7 @@ class Algorithm:
         if found:
             self.restore(found[-1], allow_config_change)
             self.resumed_from = found[-1]
-            self.reporter.rewind(self.iteration)
+            self.reporter.rewind(self.iteration, self.learner_step)
         return self.iteration
 
     def restore(self, path: str | os.PathLike, allow_config_change: bool = False) -> list[str]:
@@ -254,6 +276,7 @@ class Algorithm:
             raise
         self._last_save = path
         self.iteration, self.rng.bit_generator.state = state["iteration"], state["rng"]
+        self.sft_progress = state.get("sft", {})
         if self._next is not None:  # rollouts launched before the restore: drawn from the old state
             self._collect(self._next)
             self._next = None

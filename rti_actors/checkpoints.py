@@ -135,8 +135,11 @@ def config_changes(saved: dict, current: dict) -> list[str]:
     return out
 
 
-def periodic_path(run_dir: str | Path, iteration: int) -> Path:
-    return Path(run_dir) / "checkpoints" / f"iter_{iteration:06d}"
+def periodic_path(run_dir: str | Path, iteration: int, sft_step: int | None = None) -> Path:
+    """iter_000012, or iter_000000_sft_000040 for step 40 of a warm start before iteration 1:
+    the names sort in the order they were written."""
+    tail = f"_sft_{sft_step:06d}" if sft_step is not None else ""
+    return Path(run_dir) / "checkpoints" / f"iter_{iteration:06d}{tail}"
 
 
 def periodic(run_dir: str | Path) -> list[Path]:

@@ -84,7 +84,10 @@ DEFAULTS: dict[str, dict] = {
         "endpoint_api_key_env": "RTI_ROLE_API_KEY",
     },
     # supervised warm start on demonstrations (Algorithm.pretrain_sft), through the same learner
-    "sft": {"lr": 1e-5, "epochs": 2, "batch_size": 8, "min_reward": 1.0, "reset_optimizer": True},
+    # checkpoint_every: a checkpoint every N warm-start steps and one at its end (0: none), which
+    # resume() continues from mid-way
+    "sft": {"lr": 1e-5, "epochs": 2, "batch_size": 8, "min_reward": 1.0, "reset_optimizer": True,
+            "checkpoint_every": 0},
     "evaluation": {"num_samples": 4, "split": "test", "num_tasks": None, "temperature": None},
     # start_timeout_s: how long build() waits for every actor to answer its first ping (an
     # engine loading a large model takes minutes; an actor that cannot be scheduled, never).
@@ -216,7 +219,8 @@ WANTS: dict[str, dict[str, Want]] = {
         "exclude_truncated": BOOL, "max_role_tokens": COUNT, "num_role_actors": COUNT, "gate_max_batch": COUNT,
         "gate_max_wait_ms": _num(0), "endpoint_model": TEXT, "endpoint_api_key_env": Want("name")},
     "sft": {"lr": _num(0, open_low=True), "epochs": COUNT, "batch_size": COUNT,
-            "min_reward": _num(none=True, why="None keeps every record"), "reset_optimizer": BOOL},
+            "min_reward": _num(none=True, why="None keeps every record"), "reset_optimizer": BOOL,
+            "checkpoint_every": _int(0, why="0: no checkpoint during the warm start")},
     "evaluation": {"num_samples": COUNT, "split": TEXT, "num_tasks": _int(1, none=True),
                    "temperature": _num(0, none=True, why="None uses policy(temperature)")},
     "fault_tolerance": {"max_restarts": _int(0), "max_task_retries": _int(0), "start_timeout_s": _num(0, open_low=True),
@@ -343,7 +347,8 @@ class RTIConfig:
     def sft(self, **kwargs) -> "RTIConfig":
         """Warm-start settings for ``Algorithm.pretrain_sft``: lr (its own, usually well above
         RL's), epochs, batch_size (demonstrations per optimiser step), min_reward (records
-        below it are skipped), reset_optimizer (RL then starts with fresh Adam moments)."""
+        below it are skipped), reset_optimizer (RL then starts with fresh Adam moments),
+        checkpoint_every (a checkpoint every N steps and at the end; 0: none)."""
         return self._set("sft", **kwargs)
 
     def evaluation(self, **kwargs) -> "RTIConfig":

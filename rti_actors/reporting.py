@@ -47,13 +47,14 @@ class Reporter:
                 self.writer.add_scalar(f"{kind}/{k}", v, step)
             self.writer.flush()
 
-    def rewind(self, iteration: int) -> None:
-        """A resumed run: keep the records of the iterations up to ``iteration`` (the ones
-        its checkpoint holds) and drop those a killed run logged after it, so the curves
-        and metrics.jsonl show each iteration once."""
+    def rewind(self, iteration: int, learner_step: int | None = None) -> None:
+        """A resumed run: keep the records of the iterations up to ``iteration`` and of the
+        warm-start steps up to ``learner_step`` (what its checkpoint holds) and drop those a
+        killed run logged after them, so the curves and metrics.jsonl show each step once."""
         path = self.run_dir / "metrics.jsonl"
         records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
-        self.history = [r for r in records if r.get("kind") == "sft" or r["step"] <= iteration]  # sft: learner steps
+        self.history = [r for r in records if r["step"] <= (iteration if r.get("kind") != "sft" or learner_step is None
+                                                            else learner_step)]  # sft: learner steps
         tmp = path.with_suffix(".jsonl.tmp")
         tmp.write_text("".join(json.dumps(r, default=str) + "\n" for r in self.history))
         tmp.replace(path)
@@ -133,5 +134,9 @@ def progress_line(m: dict) -> str:
 
 
 def sft_line(s: dict) -> str:
-    return (f"warm start: {s['num_demonstrations']} demonstrations ({s['skipped_too_long']} too long), {s['steps']} "
-            f"steps, loss {s['loss_first']:.3f} -> {s['loss_last_epoch']:.3f}, {s['seconds']:.0f} s")
+    head = f"warm start: {s['num_demonstrations']} demonstrations ({s['skipped_too_long']} too long), "
+    resumed = f" (resumed after step {s['resumed_at_step']})" if s.get("resumed_at_step") else ""
+    if not s["steps"]:
+        return head + f"nothing left to train{resumed}"
+    return (head + f"{s['steps']} steps{resumed}, loss {s['loss_first']:.3f} -> {s['loss_last_epoch']:.3f}, "
+            f"{s['seconds']:.0f} s")

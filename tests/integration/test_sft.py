@@ -57,3 +57,38 @@ def test_warm_start_raises_success_and_its_checkpoint_loads_into_rl(ray_cluster,
         rl.stop()
     lines = (tmp_path / "runs" / "sft" / "metrics.jsonl").read_text()
     assert lines.count('"kind": "sft"') == 10
+
+
+def test_a_killed_warm_start_resumes_at_its_next_step_in_the_same_order(ray_cluster, flat_model, tmp_path):
+    import shutil
+
+    demos = record_agent("FirstLetter-v0", {"target": "a"}, ["train-0", "train-1", "train-2", "train-3"] * 2)
+
+    def config(name):  # 8 demonstrations, batches of 4, 2 epochs: 4 steps, a checkpoint after each
+        return (_config(flat_model, tmp_path, name).sft(lr=1e-2, epochs=2, batch_size=4, checkpoint_every=1)
+                .checkpointing(keep=10))
+
+    whole = config("whole").build()
+    try:
+        assert whole.pretrain_sft(demos)["steps"] == 4
+        reference = ray.get(whole.learner.get_weights())
+    finally:
+        whole.stop()
+    run = tmp_path / "runs" / "whole"
+    names = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert names == [f"iter_000000_sft_{k:06d}" for k in (1, 2, 3, 4)]
+    for name in names[2:]:  # killed after step 2: its later checkpoints were never written
+        shutil.rmtree(run / "checkpoints" / name)
+    resumed = config("whole").build()
+    try:
+        assert resumed.resume() == 0 and resumed.sft_progress["done"] == 2
+        with pytest.raises(ValueError, match="other demonstrations"):
+            resumed.pretrain_sft(demos[:4])
+        sft = resumed.pretrain_sft(demos)
+        assert sft["resumed_at_step"] == 2 and sft["steps"] == 2
+        assert_weights_close(reference, ray.get(resumed.learner.get_weights()), atol=0)
+        assert resumed.pretrain_sft(demos)["steps"] == 0  # resumed after the warm start: nothing left to train
+    finally:
+        resumed.stop()
+    lines = (run / "metrics.jsonl").read_text()
+    assert lines.count('"kind": "sft"') == 4  # each step once, the killed run's later ones dropped

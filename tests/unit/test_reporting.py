@@ -55,3 +55,16 @@ def test_an_rti_run_gets_rti_panels_and_a_grpo_run_does_not(tmp_path):
     assert rti.panels()[-3:] == [["pre_intervention_pass_at_G", "pass_at_G"],
                                  ["rti/accepted", "rti/continuation_success"], ["rti/mean_ppl_accepted"]]
     assert rti.plot().is_file() and grpo.plot().is_file()
+
+
+def test_rewind_into_a_warm_start_drops_its_later_steps_and_the_line_says_it_resumed(tmp_path):
+    from rti_actors.reporting import sft_line
+    rep = Reporter(tmp_path, tensorboard=False)
+    for step in (1, 2, 3):
+        rep.log("sft", step, {"loss": 1.0})
+    again = Reporter(tmp_path, tensorboard=False)
+    again.rewind(0, learner_step=2)  # the checkpoint holds the warm start's step 2
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["kind"], r["step"]) for r in rows] == [("sft", 1), ("sft", 2)]
+    done = {"num_demonstrations": 8, "skipped_too_long": 0, "steps": 0, "resumed_at_step": 4, "seconds": 0.0}
+    assert sft_line(done).endswith("nothing left to train (resumed after step 4)")
