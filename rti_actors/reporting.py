@@ -53,8 +53,12 @@ class Reporter:
         killed run logged after them, so the curves and metrics.jsonl show each step once."""
         path = self.run_dir / "metrics.jsonl"
         records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
-        self.history = [r for r in records if r["step"] <= (iteration if r.get("kind") != "sft" or learner_step is None
-                                                            else learner_step)]  # sft: learner steps
+        def kept(r: dict) -> bool:  # sft records count learner steps
+            if r.get("kind") == "sft":
+                return learner_step is None or r["step"] <= learner_step
+            return r["step"] <= iteration
+
+        self.history = [r for r in records if kept(r)]
         tmp = path.with_suffix(".jsonl.tmp")
         tmp.write_text("".join(json.dumps(r, default=str) + "\n" for r in self.history))
         tmp.replace(path)
