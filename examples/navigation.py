@@ -58,7 +58,8 @@ def build_config(args) -> RTIConfig:
             .training(algorithm=args.algorithm, group_size=args.group_size,
                       tasks_per_iteration=args.tasks_per_iteration, lr=args.lr)
             .learners(backend=args.learner_backend, zero_stage=args.zero_stage,
-                      num_gpus_per_learner=1 if args.gpu else 0, dtype="bfloat16" if args.gpu else args.learner_dtype)
+                      num_gpus_per_learner=1 if args.gpu else 0, dtype="bfloat16" if args.gpu else args.learner_dtype,
+                      share_prefix=args.share_prefix, pack_sequences=args.pack_sequences)
             .sft(lr=args.sft_lr, epochs=args.sft_epochs, batch_size=args.sft_batch_size,
                  checkpoint_every=args.sft_checkpoint_every)
             .evaluation(num_samples=args.eval_samples, num_tasks=args.eval_tasks, temperature=args.eval_temperature)
@@ -80,6 +81,9 @@ def main(argv=None):
     ap.add_argument("--num-engines", type=int, default=1)
     ap.add_argument("--zero-stage", type=int, default=0)
     ap.add_argument("--learner-backend", default="deepspeed", choices=["deepspeed", "torch"])
+    ap.add_argument("--share-prefix", action="store_true",
+                    help="the learner runs a group's common opening once (exact; docs/ARCHITECTURE.md)")
+    ap.add_argument("--pack-sequences", action="store_true", help="the learner packs samples end to end (exact)")
     ap.add_argument("--learner-dtype", default=None, choices=["float32", "bfloat16"],
                     help="default: bf16 on GPU, fp32 on CPU (bf16 autocast is ~1.7x faster on a CPU with AMX)")
     ap.add_argument("--page-size", type=int, default=10, help="POIs per search result (3 suits a 135M model's context)")

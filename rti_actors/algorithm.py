@@ -188,8 +188,8 @@ class Algorithm:
         if done and {k: self.sft_progress.get(k) for k in plan} != plan:
             raise ValueError(f"this run was warm-started on other demonstrations ({self.sft_progress}, now {plan}): "
                              "resume it with the same ones, or start a new run")
-        if done < len(steps):
-            write_jsonl(self.run_dir / "demonstrations.jsonl", kept, append=done == 0)  # what is trained on
+        if done == 0:
+            write_jsonl(self.run_dir / "demonstrations.jsonl", kept, append=True)  # what is trained on
         losses, tokens = [], 0
         bar = _progress(len(steps) - done, self.interactive, "sft")
         for k in range(done, len(steps)):
