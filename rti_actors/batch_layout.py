@@ -15,7 +15,7 @@ the loss:
   budget (no padding). Each segment attends only to itself (and to its prefix), and its
   position ids restart at its own start.
 
-Without either option a row is today's padded micro-batch: lines of one segment each,
+Without either option a row is a right-padded micro-batch: lines of one segment each,
 ``lines x longest line <= budget``. ``plan`` is pure Python (tested on its own);
 ``segment_attention`` is the attention function that reads the layout, registered with
 transformers as ``ATTENTION`` so it serves any model that uses transformers' attention
@@ -228,7 +228,8 @@ def segment_attention(module, query, key, value, attention_mask, dropout: float 
     """transformers' attention-function signature; returns ([batch, q_len, heads, dim], None).
 
     Without ``attend`` it is plain causal attention (rows of right-padded samples need no
-    mask: real tokens never see the pads after them)."""
+    mask: real tokens never see the pads after them). An attention mask is never built for
+    this implementation, so the learner's model must not be given left-padded input."""
     if dropout:
         raise ValueError("segment attention has no dropout; set the model's attention_dropout to 0")
     if kwargs.get("sliding_window"):
