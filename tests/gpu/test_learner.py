@@ -10,8 +10,9 @@ import time
 import pytest
 import torch
 
-from tests.gpu.common import GPU, make_batch, needs_two_gpus
+from tests.gpu.common import GPU, needs_two_gpus
 from tests.gpu.report import record
+from tests.samples import make_batch
 
 pytestmark = GPU
 

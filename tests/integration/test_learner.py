@@ -23,24 +23,11 @@ from rti_actors.batch_layout import plan
 from rti_actors.demonstrations import record_agent, to_sample
 from rti_actors.learner import Learner, check_samples, estimate_memory_gib
 from rti_actors.losses import token_logprobs
+from tests.samples import make_batch
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("isolated_process_group")]
 
 LR = 1e-3  # large, so a few steps move a tiny model measurably
-
-
-def make_batch(seed=0, n=4, prompt=6, completion=10):
-    rng = random.Random(seed)
-    samples = []
-    for i in range(n):
-        length = prompt + completion + 3 * i
-        ids = [rng.randrange(200, 5000) for _ in range(length)]
-        mask = [0] * prompt + [1] * (length - prompt)
-        samples.append({"ids": ids, "loss_mask": mask,
-                        "behaviour_logprobs": [-rng.uniform(5, 12) if m else 0.0 for m in mask],
-                        "token_weight": [rng.uniform(0.8, 1.2) if m else 1.0 for m in mask],
-                        "advantage": (-1.0) ** i * (0.5 + i / 4), "policy_version": 0})
-    return samples
 
 
 def sequence_logprob(model_path, weights, sample, temperature=0.8):

@@ -3,7 +3,6 @@ published (merged weights under the base names), checkpoints, export, and the co
 
 import json
 import multiprocessing as mp
-import random
 import re
 import socket
 
@@ -14,23 +13,12 @@ from rti_actors.config import ConfigError, RTIConfig
 from rti_actors.learner import Learner
 from rti_actors.lora import check_lora, lora_settings
 from rti_actors.losses import token_logprobs
+from tests.samples import make_batch
 
 LORA = {"r": 4}
 pytestmark = pytest.mark.usefixtures("isolated_process_group")
 
 LR = 1e-2  # LoRA steps need a far larger lr than full fine-tuning to move measurably
-
-
-def samples(seed=0, n=4, prompt=6, completion=10):
-    rng = random.Random(seed)
-    out = []
-    for i in range(n):
-        length = prompt + completion + 3 * i
-        mask = [0] * prompt + [1] * (length - prompt)
-        out.append({"ids": [rng.randrange(200, 5000) for _ in range(length)], "loss_mask": mask,
-                    "behaviour_logprobs": [-rng.uniform(5, 12) if m else 0.0 for m in mask],
-                    "token_weight": [1.0] * length, "advantage": (-1.0) ** i * (0.5 + i / 4)})
-    return out
 
 
 def base_model(path):
@@ -124,7 +112,7 @@ def test_only_adapters_train_and_a_grpo_step_moves_the_merged_weights(tiny_model
     by_id = {id(p): n for n, p in learner.module.named_parameters()}
     assert {by_id[id(p)] for g in learner.optimizer.param_groups for p in g["params"]} == trainable
     before, base = learner.get_weights(), frozen(learner)
-    m = learner.update(samples(), objective="grpo")
+    m = learner.update(make_batch(), objective="grpo")
     assert not m["skipped"] and m["grad_norm"] > 0
     assert {by_id[id(p)] for p in learner.optimizer.state} == trainable  # Adam moments for the adapters only
     assert all(torch.equal(p, base[n]) for n, p in frozen(learner).items())
@@ -143,7 +131,7 @@ def _receive_weights(port, meta, queue):
 
 def test_broadcast_sends_the_merged_weights(tiny_model_path):
     learner = Learner(tiny_model_path, {"lr": LR, "backend": "torch", "lora": LORA})
-    learner.update(samples())
+    learner.update(make_batch())
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -161,7 +149,7 @@ def test_broadcast_sends_the_merged_weights(tiny_model_path):
 
 def test_sft_loss_falls(tiny_model_path):
     learner = Learner(tiny_model_path, {"lr": 1e-6, "backend": "torch", "lora": LORA})
-    batch = samples(seed=1)
+    batch = make_batch(seed=1)
     losses = [learner.update(batch, objective="sft", lr=LR)["loss"] for _ in range(6)]
     assert losses[-1] < 0.7 * losses[0], losses
 
@@ -169,7 +157,7 @@ def test_sft_loss_falls(tiny_model_path):
 def test_gradient_checkpointing_gives_the_adapters_the_same_update(tiny_model_path):
     plain = Learner(tiny_model_path, {"lr": LR, "backend": "torch", "lora": LORA})
     ckpt = Learner(tiny_model_path, {"lr": LR, "backend": "torch", "lora": LORA, "gradient_checkpointing": True})
-    a, b = plain.update(samples()), ckpt.update(samples())
+    a, b = plain.update(make_batch()), ckpt.update(make_batch())
     assert b["grad_norm"] > 0 and b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-5)
     wa, wb = plain.get_weights(), ckpt.get_weights()
     assert all(torch.allclose(wa[k], wb[k], rtol=0, atol=1e-6) for k in wa)
@@ -187,14 +175,14 @@ def test_export_hf_is_a_plain_merged_model(tiny_model_path, tmp_path):
 
     learner = Learner(tiny_model_path, {"lr": LR, "backend": "torch", "lora": LORA})
     for seed in range(2):
-        learner.update(samples(seed))
+        learner.update(make_batch(seed))
     out = learner.export_hf(str(tmp_path / "hf"))
     assert not (tmp_path / "hf" / "adapter_config.json").exists()  # transformers must not see a peft folder
     exported = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
     assert type(exported).__name__ == "LlamaForCausalLM"
     weights, named = learner.get_weights(), dict(exported.named_parameters())
     assert list(named) == list(weights) and all(torch.equal(named[k].detach(), v) for k, v in weights.items())
-    ids = torch.tensor([samples(5, n=1)[0]["ids"]])
+    ids = torch.tensor([make_batch(5, n=1)[0]["ids"]])
     with torch.no_grad():
         own = learner.module(input_ids=ids).logits
         assert torch.allclose(exported(input_ids=ids).logits, own, rtol=0, atol=1e-4)
@@ -202,7 +190,7 @@ def test_export_hf_is_a_plain_merged_model(tiny_model_path, tmp_path):
         adapted = PeftModel.from_pretrained(base_model(tiny_model_path), str(tmp_path / "hf" / "adapter"))
         assert torch.allclose(adapted(input_ids=ids).logits, own, rtol=0, atol=1e-4)
     # the learner's training forward is the merged model's: on its log-probs the ratio is 1
-    sample = samples(6, n=1)[0]
+    sample = make_batch(6, n=1)[0]
     lp = _sequence_logprobs(exported, sample, learner.config["temperature"])
     m = learner.update([{**sample, "behaviour_logprobs": (lp * torch.tensor(sample["loss_mask"])).tolist(),
                          "advantage": 1.0}], lr=0.0)
@@ -215,7 +203,7 @@ def test_qwen3_publishes_under_its_base_names(tiny_family_models):
     path = tiny_family_models("qwen3")
     learner = Learner(path, {"lr": LR, "backend": "torch", "lora": {"r": 2, "target_modules": ["q_proj", "v_proj"]}})
     base = dict(base_model(path).named_parameters())
-    learner.update(samples())
+    learner.update(make_batch())
     weights = learner.get_weights()
     assert list(weights) == list(base) and all(weights[k].shape == base[k].shape for k in base)
     moved = {k for k in base if not torch.equal(weights[k], base[k].detach())}
@@ -228,12 +216,12 @@ def test_qwen3_publishes_under_its_base_names(tiny_family_models):
 def test_save_load_continues_exactly_and_holds_the_adapters_only(tiny_model_path, tmp_path, backend, zero_stage):
     config = {"lr": LR, "backend": backend, "zero_stage": zero_stage, "seed": 7, "lora": LORA}
     a = Learner(tiny_model_path, config)
-    a.update(samples(seed=4))
+    a.update(make_batch(seed=4))
     a.save(tmp_path / "ckpt")
-    ma = a.update(samples(seed=5))
+    ma = a.update(make_batch(seed=5))
     b = Learner(tiny_model_path, config)
     assert b.load(tmp_path / "ckpt") == 1
-    mb = b.update(samples(seed=5))
+    mb = b.update(make_batch(seed=5))
     assert mb["step"] == ma["step"] == 2 and mb["loss"] == ma["loss"] and mb["grad_norm"] == ma["grad_norm"]
     wa, wb = a.get_weights(), b.get_weights()
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
@@ -248,7 +236,7 @@ def test_save_load_continues_exactly_and_holds_the_adapters_only(tiny_model_path
     assert sum(".lora_" in k for k in saved) == 28
     # and the adapters' optimiser state came back: a fresh learner's same step differs
     c = Learner(tiny_model_path, config)
-    c.update(samples(seed=5))
+    c.update(make_batch(seed=5))
     assert not all(torch.equal(wa[k], v) for k, v in c.get_weights().items())
 
 
