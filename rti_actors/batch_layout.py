@@ -76,6 +76,10 @@ class Layout:
     def passes(self) -> int:
         return sum(c.passes for c in self.clusters)
 
+    @property
+    def rows(self) -> int:  # forwards over samples (a prefix pass is not one)
+        return sum(len(c.rows) for c in self.clusters)
+
     def stats(self, lengths: list[int]) -> dict:
         """Token accounting of the layout: computed positions (prefix once plus rows, pads
         included), the samples' own tokens, and the share of computed positions that are pads."""

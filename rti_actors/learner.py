@@ -472,7 +472,7 @@ class Learner:
             release_host_memory()
         seconds = time.perf_counter() - t0
         return {"loss": loss_sum, **finish_stats(dict(zip(keys, summed))), "grad_norm": grad_norm,
-                "num_tokens": int(tokens), "num_samples": int(n_samples), "num_micro_batches": sum(len(cl.rows) for cl in layout.clusters),
+                "num_tokens": int(tokens), "num_samples": int(n_samples), "num_micro_batches": layout.rows,
                 "step": self.step, "lr": float(lr if lr is not None else self.optimizer.param_groups[0]["lr"]),
                 "seconds": seconds, "tokens_per_s": processed / seconds, "skipped": not stepped, "nonfinite": not stepped,
                 "host_rss_gib": psutil.Process().memory_info().rss / 2**30,
