@@ -31,6 +31,7 @@ from rti_actors.faults import ActorMonitor, died
 from rti_actors.groups import all_failed, assign_advantages, is_learnable, scored_groups
 from rti_actors.metrics import format_table, summarize
 from rti_actors.reporting import Reporter
+from rti_actors.rti.fix_tracker import AcceptedFixes
 from rti_actors.trajectory import EpisodeSpec, Trajectory, learner_sample
 
 log = logging.getLogger("rti_actors")
@@ -38,6 +39,7 @@ log = logging.getLogger("rti_actors")
 # what the driver redoes after a crash, each reported (as faults/redone/<name>) from the start
 REDONE = ("rollout_chunks", "stale_episodes", "engines_repaired", "queue_puts", "learner_rebuilds",
           "learner_steps_lost")
+FIXES_FILE = "accepted_fixes.json"  # the tracked accepted fixes (RTI), next to algorithm_state.json
 
 
 class Algorithm:
@@ -64,6 +66,7 @@ class Algorithm:
         self.version = 0
         self.learner_step = 0  # the learner's optimiser steps, to count what a learner crash lost
         self.sft_progress: dict = {}  # the warm start's steps done and planned, saved with each checkpoint
+        self.fixes = AcceptedFixes(c["interventions"]["tracked_fixes"])  # RTI: re-scored after every update
         self.monitor = ActorMonitor(g.kinds())
         self.redone: Counter = Counter()  # what the driver redid after a crash (faults/...)
         self._last_save: Path | None = None  # where a crashed learner is rebuilt from
@@ -102,6 +105,10 @@ class Algorithm:
             if not learn.get("skipped"):
                 self._publish()
         self.iteration += 1
+        if self.intervention is not None:
+            with _timed(times, "rescore_fixes"):  # after the publish: the gate's engines hold the new weights
+                self.fixes.add((tr for g in groups for tr in g), self.iteration)
+                rti.update(self.fixes.rescore(self.intervention.gate))
         metrics = self._train_metrics([tr for tr in trajectories if not tr.infra_error], groups, learn, times)
         metrics["pre_intervention_pass_at_G"] = pre_pass_at_g
         metrics.update(faults)
@@ -236,6 +243,8 @@ class Algorithm:
             self.learner.save(str(tmp / "learner"))
             (tmp / "config.json").write_text(self.config.to_json())
             (tmp / "algorithm_state.json").write_text(json.dumps(state))
+            if self.intervention is not None:
+                (tmp / FIXES_FILE).write_text(json.dumps(self.fixes.to_dict()))
         self._last_save = path
         return str(path)
 
@@ -267,6 +276,10 @@ class Algorithm:
         if changed:
             log.warning("restoring %s with changed options: %s", path, "; ".join(changed))
         state = json.loads((path / "algorithm_state.json").read_text())
+        # read before anything changes; a checkpoint from before the tracker existed starts it empty
+        saved = (AcceptedFixes.from_dict(json.loads((path / FIXES_FILE).read_text())).fixes
+                 if (path / FIXES_FILE).is_file() else [])
+        fixes = AcceptedFixes(self.config["interventions"]["tracked_fixes"], saved)
         before = self._last_save
         try:
             self.learner_step = self.learner.load(str(path / "learner"))
@@ -277,6 +290,7 @@ class Algorithm:
         self._last_save = path
         self.iteration, self.rng.bit_generator.state = state["iteration"], state["rng"]
         self.sft_progress = state.get("sft", {})
+        self.fixes = fixes
         if self._next is not None:  # rollouts launched before the restore: drawn from the old state
             self._collect(self._next)
             self._next = None

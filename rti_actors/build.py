@@ -310,7 +310,8 @@ def _intervention(c: RTIConfig, model_path: str, renderer, pool: EnginePool, run
         provider, same_tokenizer = EnginePool([extra_engines.get(role_path)]), role_path == model_path
     options = {"num_cpus": 0, "max_restarts": ft["max_restarts"], "max_task_retries": ft["max_task_retries"]}
     role_actors = [ray.remote(RoleActor).options(**options).remote(
-        provider, role_path, model_path, p["max_model_len"], iv["max_role_tokens"], same_tokenizer)
+        provider, role_path, model_path, p["max_model_len"], iv["max_role_tokens"], same_tokenizer,
+        iv["structured_verdicts"])
         for _ in range(iv["num_role_actors"])]
     gate = ray.remote(PPLGate).options(**options).remote(
         pool, p["temperature"], iv["gate_max_batch"], iv["gate_max_wait_ms"] / 1000)

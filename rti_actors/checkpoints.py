@@ -124,9 +124,11 @@ def config_changes(saved: dict, current: dict) -> list[str]:
     """The training options that differ between a checkpoint's config and this run's,
     as "section.option: saved -> current"."""
     out = []
+    # RTI's options change nothing in a run of another algorithm, before or after
+    rti = "rti" in (saved.get("training", {}).get("algorithm"), current.get("training", {}).get("algorithm"))
     for section, values in current.items():
         skip = LAYOUT.get(section, set())
-        if skip is None:
+        if skip is None or (section == "interventions" and not rti):
             continue
         for key, value in values.items():
             before = saved.get(section, {}).get(key)

@@ -67,7 +67,7 @@ DEFAULTS: dict[str, dict] = {
         "ppl_threshold": 5.0,       # delta; 0 rejects all (= GRPO), inf accepts all (no gate)
         "eps_cal": 0.2,             # 0 = no reweighting
         "max_accepted_per_group": 2,
-        "max_candidates_per_group": 4,
+        "candidates_per_wave": 4,   # per group; waves go on until the group has its fixes or no candidate left
         "interventions_per_trajectory": 1,  # 2: a rescued trajectory that still fails is fixed once more
         "corrector_attempts": 3,
         "corrector_temperature": 0.8,
@@ -77,6 +77,8 @@ DEFAULTS: dict[str, dict] = {
         "group_mode": "append",     # or "replace"
         "exclude_truncated": True,  # context-truncated trajectories are not eligible sources
         "max_role_tokens": 256,
+        "structured_verdicts": True,
+        "tracked_fixes": 16,        # the first accepted fixes, re-scored after every update (0: off)  # Validator/Verifier JSON decoded under its schema on our engines
         "num_role_actors": 1,
         "gate_max_batch": 16,
         "gate_max_wait_ms": 20,
@@ -213,10 +215,10 @@ WANTS: dict[str, dict[str, Want]] = {
     "interventions": {
         "ppl_threshold": _num(0, inf=True, why="0 rejects every intervention, inf accepts all"),
         "eps_cal": _num(0, 1, open_high=True, why="0 turns reweighting off"), "max_accepted_per_group": COUNT,
-        "max_candidates_per_group": COUNT, "interventions_per_trajectory": _one_of(1, 2),
+        "candidates_per_wave": COUNT, "interventions_per_trajectory": _one_of(1, 2),
         "corrector_attempts": COUNT, "corrector_temperature": _num(0), "max_validator_steps": COUNT,
         "verifier": BOOL, "verifier_llm": BOOL, "group_mode": _one_of("append", "replace"),
-        "exclude_truncated": BOOL, "max_role_tokens": COUNT, "num_role_actors": COUNT, "gate_max_batch": COUNT,
+        "exclude_truncated": BOOL, "max_role_tokens": COUNT, "structured_verdicts": BOOL, "tracked_fixes": _int(0), "num_role_actors": COUNT, "gate_max_batch": COUNT,
         "gate_max_wait_ms": _num(0), "endpoint_model": TEXT, "endpoint_api_key_env": Want("name")},
     "sft": {"lr": _num(0, open_low=True), "epochs": COUNT, "batch_size": COUNT,
             "min_reward": _num(none=True, why="None keeps every record"), "reset_optimizer": BOOL,

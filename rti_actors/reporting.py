@@ -20,10 +20,12 @@ def _scalars(d: dict, prefix: str = "") -> dict[str, float]:
 
 
 class Reporter:
-    # one panel per tuple; RTI's panels appear only in runs that have those metrics
+    # one panel per tuple; RTI's panels appear only in runs that have those metrics. The last
+    # is the RTI paper's Fig. 5a: one fixed set of accepted fixes, their PPL when the gate
+    # accepted them against their PPL under the weights of each later iteration.
     PANELS = (("reward_mean",), ("success_rate",), ("frac_zero_variance_groups",), ("learner/loss",),
               ("pre_intervention_pass_at_G", "pass_at_G"), ("rti/accepted", "rti/continuation_success"),
-              ("rti/mean_ppl_accepted",))
+              ("rti/mean_ppl_accepted",), ("rti/ppl_fixes_at_gate", "rti/ppl_fixes_now"))
 
     def __init__(self, run_dir: Path, tensorboard: bool = True):
         self.run_dir = Path(run_dir)

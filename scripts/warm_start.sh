@@ -33,6 +33,6 @@ stage() {  # stage NAME ARGS...: skipped when its export is complete, resumed wh
     touch "$policy/.complete"
 }
 START=$(date +%s)
-stage stage1 --warmup-sft 160 --sft-max-waypoints 4 --sft-batch-size 2
+stage stage1 --no-base-eval --warmup-sft 160 --sft-max-waypoints 4 --sft-batch-size 2
 stage stage2 --model "$OUT/stage1-policy" --no-base-eval --warmup-sft 100 --sft-max-waypoints 6 --sft-batch-size 1
 echo "warm start: $OUT/stage2-policy ($(( ($(date +%s) - START) / 60 )) min this call)"

@@ -23,6 +23,9 @@ class SamplingParams:
     top_p: float = 1.0
     seed: int | None = None
     stop_token_ids: list[int] = field(default_factory=list)  # in addition to eos
+    # a JSON schema (as a JSON string, so equal settings compare equal): the output is one
+    # object of that schema, the engine masking every token that would break it
+    json_schema: str | None = None
 
     def __post_init__(self):
         if self.max_tokens < 1:

@@ -35,6 +35,20 @@ class HFEngine:
         self.seed = seed
         self.score_batch_tokens = score_batch_tokens
         self._calls = 0
+        self._grammars: dict = {}  # json schema -> xgrammar's compiled grammar
+
+    def _matchers(self, schema: str | None, n: int) -> list | None:
+        """One grammar matcher per request for a JSON-schema output (xgrammar, the library
+        vLLM uses for the same job), so both engines constrain a verdict alike."""
+        if schema is None:
+            return None
+        import xgrammar as xgr
+
+        if schema not in self._grammars:
+            info = xgr.TokenizerInfo.from_huggingface(self.tokenizer, vocab_size=self.model.config.vocab_size,
+                                                      stop_token_ids=[self.eos_id])
+            self._grammars[schema] = xgr.GrammarCompiler(info).compile_json_schema(schema, any_whitespace=False)
+        return [xgr.GrammarMatcher(self._grammars[schema]) for _ in range(n)]
 
     # ---- generation -----------------------------------------------------------------------
     @torch.no_grad()
@@ -67,6 +81,10 @@ class HFEngine:
         finish = ["length"] * n
         alive = [b > 0 for b in budgets]
         past = None
+        matchers = self._matchers(sampling.json_schema, n)
+        if matchers:
+            import xgrammar as xgr
+            bitmask = xgr.allocate_token_bitmask(1, self.model.config.vocab_size)
         step_ids = input_ids
         position_ids = (attn.cumsum(-1) - 1).clamp(min=0)
         step_pos = position_ids
@@ -79,7 +97,12 @@ class HFEngine:
             for i in range(n):
                 if not alive[i]:
                     continue
+                if matchers:  # tokens that would break the schema get probability 0
+                    matchers[i].fill_next_token_bitmask(bitmask)
+                    xgr.apply_token_bitmask_inplace(logits[i:i + 1], bitmask)
                 tok, lp = self._sample(logits[i], sampling, gens[i])
+                if matchers and tok not in stops:
+                    matchers[i].accept_token(tok)
                 next_ids[i] = tok
                 out_ids[i].append(tok)
                 out_lp[i].append(lp)

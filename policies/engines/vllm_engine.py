@@ -135,6 +135,10 @@ class VLLMEngine:
             # which CPU generators do not support. Schedule whole prompts only.
             llm_kwargs.setdefault("enable_chunked_prefill", False)
             llm_kwargs.setdefault("max_num_batched_tokens", max(max_model_len, 8192))
+        # JSON-schema outputs (the roles' verdicts) without free whitespace: a small model
+        # under a JSON grammar otherwise pads with spaces until the token limit. An engine-wide
+        # setting in vLLM 0.32 (the per-request flag is not read); it affects no other request.
+        llm_kwargs.setdefault("structured_outputs_config", {"backend": "xgrammar", "disable_any_whitespace": True})
         supported = native_supported()
         resolve_weight_transfer(weight_transfer, supported, in_process=False)  # a bad choice fails before loading
         if supported and weight_transfer != "rpc":
@@ -163,8 +167,13 @@ class VLLMEngine:
 
     def _params(self, sampling: SamplingParams, budget: int, seed: int | None):
         from vllm import SamplingParams as VSP
+        from vllm.sampling_params import StructuredOutputsParams
+
+        structured = None
+        if sampling.json_schema is not None:
+                structured = StructuredOutputsParams(json=sampling.json_schema)
         return VSP(max_tokens=budget, temperature=sampling.temperature, top_p=sampling.top_p, seed=seed,
-                   logprobs=0, stop_token_ids=list(sampling.stop_token_ids) or None)
+                   logprobs=0, stop_token_ids=list(sampling.stop_token_ids) or None, structured_outputs=structured)
 
     def generate(self, prompts: list[list[int]], sampling: SamplingParams,
                  seeds: list[int] | None = None) -> list[Generation]:

@@ -6,6 +6,7 @@
     verdicts.py         parsing the Validator's and Verifier's JSON verdicts
     verifier_checks.py  the Verifier's deterministic checks (leaks, schema, grounding)
     gate.py             the PPL gate actor and the gate / token-weight math
+    fix_tracker.py      the accepted fixes re-scored after every update (PPL falls?)
     prompts/            the role prompts (English and Chinese)
 
 docs/ALGORITHM.md states the method and its defaults.

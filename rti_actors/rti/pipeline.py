@@ -1,7 +1,8 @@
 """Rollout-Time Intervention on the all-fail groups of one iteration (docs/ALGORITHM.md).
 
 For every group whose G rewards are all 0:
-  1. candidates  — failed trajectories ordered by partial progress, then fewer turns;
+  1. candidates  — failed trajectories ordered by partial progress, then fewer turns, sent
+                   through stages 2-5 in waves until the group has its fixes or none is left;
   2. Validator   — each step k of a candidate is judged with the reward evidence; the
                    first invalid step is the one to fix (unparsable verdicts count as valid);
   3. Corrector   — a minimal rewrite of step k in the policy's own turn format (attempts);
@@ -56,7 +57,7 @@ def episode_text(t: Trajectory) -> EpisodeText:
 
 
 # every per-stage counter, reported (as rti/<name>) even when it stayed at 0
-STAGES = ("groups", "triggered_groups", "candidates", "validator_calls", "validator_unparsable", "validator_found_error",
+STAGES = ("groups", "triggered_groups", "candidates", "waves", "validator_calls", "validator_unparsable", "validator_found_error",
           "corrector_attempts", "corrector_complete", "corrector_parsed", "verifier_v2_pass", "verifier_v1_pass",
           "verifier_v3_pass", "verifier_unparsable", "verifier_pass", "gate_scored", "gate_pass", "accepted",
           "accepted_second_fix", "continued", "continuation_success", "replay_errors", "continuation_infra_errors",
@@ -92,33 +93,28 @@ class Intervention:
         c, stats = Counter(), {"ppls": [], "v2_reasons": Counter()}
         triggered = [i for i, g in enumerate(groups) if all_failed(g)]
         c["groups"], c["triggered_groups"] = len(groups), len(triggered)
-        cands = []
+        pools = {}
         for gi in triggered:
             pool = [t for t in groups[gi] if t.num_turns and not (self.cfg["exclude_truncated"] and t.context_truncated)]
             pool.sort(key=lambda t: (-t.progress, t.num_turns, request_seed(self.seed, round_, t.task_id, t.sample_index)))
-            cands += [Candidate(gi, t, episode_text(t), evidence[t.task_id])
-                      for t in pool[: self.cfg["max_candidates_per_group"]]]
-        c["candidates"] = len(cands)
+            pools[gi] = [Candidate(gi, t, episode_text(t), evidence[t.task_id]) for t in pool]
         # With asynchronous rollouts a candidate may have been sampled by older weights than
         # the roles and the gate now run: its gate log-probs are then the current policy's,
         # not its behaviour policy's. Counted, so a run can tell how often that happened.
-        c["stale_candidates"] = sum(cd.traj.policy_version < version for cd in cands)
+        c["stale_candidates"] = sum(cd.traj.policy_version < version for p in pools.values() for cd in p)
 
         # Round 2+ (interventions_per_trajectory > 1): a rescued trajectory that still
         # failed goes through the pipeline again, on steps after its first fix, and the
         # result (carrying both fixes) takes its place.
         final: dict[tuple[int, int], Trajectory] = {}
+        again: list[Candidate] = []  # rescued trajectories that still failed, for the next fix
         for depth in range(self.cfg["interventions_per_trajectory"]):
-            cands = self._validate(cands, c)
-            cands = self._correct(cands, c, round_)
-            cands = self._verify(cands, c, stats)
-            cands = self._gate(cands, c, stats)
-            accepted = self._select(cands, c) if depth == 0 else cands
+            accepted = self._first_fixes(pools, c, stats, round_) if depth == 0 else self._fixes(again, c, stats, round_)
             if depth:
                 c["accepted_second_fix"] += len(accepted)
             for t in self._continue(accepted, c, version, f"{round_}-{depth}", groups):
                 final[(t.group, t.sample_index)] = t
-            cands = [Candidate(t.group, t, episode_text(t), evidence[t.task_id], min_step=t.intervened_step + 1,
+            again = [Candidate(t.group, t, episode_text(t), evidence[t.task_id], min_step=t.intervened_step + 1,
                                replace_index=t.sample_index, source_index=t.source_index)
                      for t in final.values() if t.reward <= 0 and t.depth == depth]
         rescued = list(final.values())
@@ -126,6 +122,33 @@ class Intervention:
         metrics = self._metrics(c, stats, rescued, groups, out)
         metrics["rti/seconds"] = time.perf_counter() - t0
         return out, metrics
+
+    def _first_fixes(self, pools: dict[int, list[Candidate]], c: Counter, stats: dict, round_) -> list[Candidate]:
+        """Candidates go through the stages in waves of ``candidates_per_wave`` per group,
+        best first, until each group has ``max_accepted_per_group`` fixes or has no failed
+        trajectory left; every wave is one batch per stage across groups."""
+        need = dict.fromkeys(pools, self.cfg["max_accepted_per_group"])
+        accepted = []
+        while wave := [cd for gi in pools if need[gi] > 0
+                       for cd in pools[gi][:self.cfg["candidates_per_wave"]]]:
+            for gi in pools:
+                if need[gi] > 0:
+                    del pools[gi][:self.cfg["candidates_per_wave"]]
+            c["candidates"] += len(wave)
+            c["waves"] += 1
+            for cd in self._fixes(wave, c, stats, round_):  # in candidate order within each group
+                if need[cd.group] > 0:
+                    need[cd.group] -= 1
+                    accepted.append(cd)
+        c["accepted"] += len(accepted)
+        return accepted
+
+    def _fixes(self, cands: list[Candidate], c: Counter, stats: dict, round_) -> list[Candidate]:
+        """The candidates with a fix that passed every check, the lowest-PPL one as ``best``."""
+        cands = self._validate(cands, c)
+        cands = self._correct(cands, c, round_)
+        cands = self._verify(cands, c, stats)
+        return self._gate(cands, c, stats)
 
     def _validate(self, cands: list[Candidate], c: Counter) -> list[Candidate]:
         if not cands:
@@ -183,7 +206,7 @@ class Intervention:
         if self.cfg["verifier_llm"] and cands and self.verifiers:
             flat = [(cd, a) for cd in cands for a in cd.attempts]
             queries = [VerifyQuery(cd.episode.history(cd.step), cd.episode.actions[cd.step], a.text, cd.verdict,
-                                   cd.episode.language) for cd, a in flat]
+                                   cd.episode.language, cd.evidence) for cd, a in flat]
             verdicts = _call(self._pick(self.verifiers), "verify", queries)
             for (cd, a), v in zip(flat, verdicts):
                 a.v1, a.v3 = bool(v and v["consistent"]), bool(v and v["plausible"])
@@ -234,16 +257,6 @@ class Intervention:
                 cd.best = min(ok, key=lambda a: a.ppl)
                 kept.append(cd)
         return kept
-
-    def _select(self, cands: list[Candidate], c: Counter) -> list[Candidate]:
-        per_group: Counter = Counter()
-        accepted = []
-        for cd in cands:  # already in candidate order within each group
-            if per_group[cd.group] < self.cfg["max_accepted_per_group"]:
-                per_group[cd.group] += 1
-                accepted.append(cd)
-        c["accepted"] += len(accepted)
-        return accepted
 
     def _continue(self, accepted: list[Candidate], c: Counter, version: int, round_: str,
                   groups: list[list[Trajectory]]) -> list[Trajectory]:

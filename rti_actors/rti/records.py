@@ -3,8 +3,8 @@
 A ``Candidate`` is one failed trajectory going through the pipeline; each stage fills in
 its part (the Validator its ``step`` and ``verdict``, the Corrector its ``attempts``, the
 gate each attempt's scores and the candidate's ``best``) or drops it. The queries are what
-a role provider sees: the episode's text, never its tokens, and the reward evidence only
-where the Validator and the rule-based Corrector need it.
+a role provider sees: the episode's text, never its tokens, and the reward evidence where a
+role judges against it (Validator, Verifier, the rule-based Corrector).
 """
 
 from __future__ import annotations
@@ -64,8 +64,9 @@ class VerifyQuery:
     history: list[dict]
     step: str        # the original turn
     corrected: str   # the Corrector's rewrite
-    verdict: dict
+    verdict: dict    # the Validator's, whole
     language: str
+    evidence: dict   # the reward evidence, which V1 judges consistency against
 
 
 @dataclass

@@ -31,6 +31,27 @@ VALIDATOR_PREFIX = '{"is_valid": '
 VERIFIER_PREFIX = '{"consistent": '
 _CJK = re.compile(r"[\u4e00-\u9fff]")
 
+# What a role prompt holds, in characters: the agent's system prompt (its domain policy,
+# head kept), the conversation (newest turns kept, each tool output cut in the middle) and
+# the reward evidence (head kept). _prompt_ids then cuts the middle of whatever still
+# exceeds the role engine's context.
+SYSTEM_CHARS, HISTORY_CHARS, TOOL_CHARS, EVIDENCE_CHARS = 4000, 6000, 800, 3000
+
+# The verdicts as JSON schemas: on our own engines the verdict is decoded under them, so a
+# small policy writes exactly one object of the right shape (string lengths bounded so the
+# object closes within max_role_tokens).
+_TEXT = {"type": "string", "maxLength": 200}
+VALIDATOR_SCHEMA = json.dumps({
+    "type": "object", "additionalProperties": False,
+    "properties": {"is_valid": {"type": "boolean"},
+                   "error_types": {"type": "array", "items": {"type": "string", "maxLength": 40}, "maxItems": 3},
+                   "diagnosis": _TEXT, "suggest_next": _TEXT},
+    "required": ["is_valid", "error_types", "diagnosis", "suggest_next"]})
+VERIFIER_SCHEMA = json.dumps({
+    "type": "object", "additionalProperties": False,
+    "properties": {"consistent": {"type": "boolean"}, "plausible": {"type": "boolean"}, "reason": _TEXT},
+    "required": ["consistent", "plausible", "reason"]})
+
 
 def language_of(messages: list[dict]) -> str:
     """The task's language: Chinese if the user's request contains CJK characters."""
@@ -42,18 +63,20 @@ def load_prompt(role: str, language: str) -> str:
     return (PROMPTS / f"{role}.{language}.txt").read_text(encoding="utf-8")
 
 
-def history_text(messages: list[dict], max_chars: int = 6000, tool_chars: int = 800) -> str:
-    """A readable transcript for role prompts: no system prompt (tool schemas are given
-    separately), long tool outputs shortened, the oldest turns dropped first."""
-    lines = []
+def history_text(messages: list[dict], max_chars: int = HISTORY_CHARS, tool_chars: int = TOOL_CHARS,
+                 system_chars: int = SYSTEM_CHARS) -> str:
+    """A readable transcript for role prompts: the system prompt first (the domain policy a
+    step is judged against; tool schemas are given separately), long tool outputs
+    shortened, the oldest turns dropped first."""
+    from envs.tool_calls import format_assistant_turn
+
+    head, lines = "", []
     for m in messages:
         role, content = m["role"], (m.get("content") or "")
         if role == "system":
-            continue
-        if role == "assistant":
-            from envs.tool_calls import format_assistant_turn
-            content = format_assistant_turn(content, m.get("tool_calls") or [])
-            lines.append(f"Assistant: {content}")
+            head = f"System: {_head(content, system_chars)}\n"
+        elif role == "assistant":
+            lines.append(f"Assistant: {format_assistant_turn(content, m.get('tool_calls') or [])}")
         elif role == "tool":
             if len(content) > tool_chars:
                 content = content[:tool_chars // 2] + " ... " + content[-tool_chars // 2:]
@@ -61,7 +84,21 @@ def history_text(messages: list[dict], max_chars: int = 6000, tool_chars: int = 
         else:
             lines.append(f"User: {content}")
     text = "\n".join(lines)
-    return text if len(text) <= max_chars else "..." + text[-max_chars:]
+    return head + (text if len(text) <= max_chars else "..." + text[-max_chars:])
+
+
+def _head(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + " ..."
+
+
+def evidence_text(evidence: dict) -> str:
+    return _head(json.dumps(evidence, ensure_ascii=False, default=str), EVIDENCE_CHARS)
+
+
+def verdict_fields(verdict: dict) -> dict:
+    """The Validator's whole verdict as prompt fields, for the Corrector and the Verifier."""
+    return {"error_types": ", ".join(verdict.get("error_types") or []) or "-",
+            "diagnosis": verdict.get("diagnosis", ""), "suggest_next": verdict.get("suggest_next", "")}
 
 
 def tools_text(tools: list[dict]) -> str:
@@ -76,7 +113,7 @@ class RoleActor(Restartable):
     tokenises a Corrector's text when it came from another model (endpoint)."""
 
     def __init__(self, provider, tokenizer_path: str | None, policy_tokenizer_path: str, max_model_len: int,
-                 max_role_tokens: int = 256, same_tokenizer: bool = True):
+                 max_role_tokens: int = 256, same_tokenizer: bool = True, structured: bool = True):
         from transformers import AutoTokenizer
 
         self.provider = provider
@@ -87,6 +124,9 @@ class RoleActor(Restartable):
         self.max_role_tokens = max_role_tokens
         # the policy playing the Corrector: its sampled ids are the ids to train, as is
         self.reuse_ids = self.is_pool and same_tokenizer
+        # verdicts decoded under their JSON schema (our engines); otherwise the answer is
+        # opened for the model and the lenient parser reads what it wrote
+        self.structured = structured and self.is_pool
 
     def ping(self) -> bool:
         return True
@@ -100,12 +140,12 @@ class RoleActor(Restartable):
         return ids if len(ids) <= budget else ids[:8] + ids[-(budget - 8):]  # keep the head marker, cut the middle
 
     def _generate(self, texts: list[str], temperature: float, seeds: list[int] | None = None,
-                  prefix: str = "") -> list[Attempt]:
+                  prefix: str = "", schema: str | None = None) -> list[Attempt]:
         """``ids`` are None for endpoints.
 
         ``prefix`` starts the model's answer for it (on our own engines only): a small
         policy asked for JSON writes prose instead; opening the object leaves it only the
-        values to write."""
+        values to write. ``schema`` constrains the answer to one object of that JSON schema."""
         if not self.is_pool:
             out = []
             for t in texts:
@@ -115,6 +155,8 @@ class RoleActor(Restartable):
                     out.append(Attempt("", None, False, error=f"{type(e).__name__}: {e}"))
             return out
         sampling = {"max_tokens": self.max_role_tokens, "temperature": temperature}
+        if schema is not None:
+            sampling["json_schema"], prefix = schema, ""
         head = self.tokenizer.encode(prefix, add_special_tokens=False) if prefix else []
         gens = self.provider.generate([self._prompt_ids(t) + head for t in texts], sampling, seeds)
         eos = self.tokenizer.eos_token_id
@@ -128,12 +170,13 @@ class RoleActor(Restartable):
         texts, owners = [], []
         for qi, q in enumerate(queries):
             ep = q.episode
-            evidence = json.dumps(q.evidence, ensure_ascii=False, default=str)[:3000]
+            evidence = evidence_text(q.evidence)
             for k in range(q.first_step, min(len(ep.actions), q.first_step + q.max_steps)):
                 texts.append(load_prompt("validator", ep.language).format(
                     evidence=evidence, history=history_text(ep.history(k)), step=ep.actions[k]))
                 owners.append((qi, k))
-        verdicts = [parse_validator(g.text) for g in self._generate(texts, 0.0, prefix=VALIDATOR_PREFIX)]
+        verdicts = [parse_validator(g.text) for g in self._generate(texts, 0.0, prefix=VALIDATOR_PREFIX,
+                                                                    schema=self._schema(VALIDATOR_SCHEMA))]
         judged, unparsable, first = [0] * len(queries), [0] * len(queries), {}
         for (qi, k), v in zip(owners, verdicts):
             judged[qi] += 1
@@ -149,10 +192,10 @@ class RoleActor(Restartable):
         ids ending in eos (an attempt cut by the token limit is not complete)."""
         texts, seed_list = [], []
         for q, seed in zip(queries, seeds):
-            ep, v = q.episode, q.verdict
+            ep = q.episode
             text = load_prompt("corrector", ep.language).format(
                 tools=tools_text(ep.tools), history=history_text(ep.history(q.step)), step=ep.actions[q.step],
-                diagnosis=v.get("diagnosis", ""), suggest_next=v.get("suggest_next", ""))
+                **verdict_fields(q.verdict))
             texts += [text] * attempts
             seed_list += [seed + a for a in range(attempts)]
         gens = self._generate(texts, temperature, seed_list)
@@ -170,9 +213,13 @@ class RoleActor(Restartable):
     def verify(self, queries: list[VerifyQuery]) -> list[dict | None]:
         """V1 (consistent with the context) and V3 (plausible) verdicts on each rewrite."""
         texts = [load_prompt("verifier", q.language).format(
-            history=history_text(q.history), step=q.step, diagnosis=q.verdict.get("diagnosis", ""),
-            corrected=q.corrected) for q in queries]
-        return [parse_verifier(g.text) for g in self._generate(texts, 0.0, prefix=VERIFIER_PREFIX)]
+            evidence=evidence_text(q.evidence), history=history_text(q.history), step=q.step,
+            corrected=q.corrected, **verdict_fields(q.verdict)) for q in queries]
+        return [parse_verifier(g.text) for g in self._generate(texts, 0.0, prefix=VERIFIER_PREFIX,
+                                                               schema=self._schema(VERIFIER_SCHEMA))]
+
+    def _schema(self, schema: str) -> str | None:
+        return schema if self.structured else None
 
 
 class RuleRoles(Restartable):

@@ -1,13 +1,16 @@
 """RTI end to end: a real Ray cluster, the tiny model, a real engine and DeepSpeed learner."""
 
+import json
 import math
 import time
+from pathlib import Path
 
 import pytest
 import ray
 
 from rti_actors import RTIConfig
 from rti_actors.groups import group_by_task
+from rti_actors.rti.fix_tracker import AcceptedFixes
 from rti_actors.trajectory import EpisodeSpec
 from tests.integration import learnable_env  # noqa: F401  (registers FirstLetter-v0)
 
@@ -59,6 +62,24 @@ def test_rules_intervention_is_accepted_continued_and_trained(ray_cluster, tiny_
         result = algo.train()
         assert result["learner"]["num_samples"] == 4 + result["rti/continued"]
         assert result["pre_intervention_pass_at_G"] == 0.0
+        # the accepted fixes are tracked and re-scored through the gate after the publish:
+        # the acceptance-time PPL is the gate's, the current one moved with the update
+        assert result["rti/fixes_tracked"] == result["rti/continued"] >= 1
+        assert result["rti/ppl_fixes_at_gate"] == pytest.approx(result["rti/mean_ppl_accepted"])
+        assert math.isfinite(result["rti/ppl_fixes_now"])
+        assert result["rti/ppl_fixes_now"] != pytest.approx(result["rti/ppl_fixes_at_gate"], rel=1e-6)
+        # saved with the checkpoint and restored; a checkpoint without the file restores empty
+        tracked = list(algo.fixes.fixes)
+        ckpt = Path(algo.save(tmp_path / "ckpt"))
+        algo.fixes = AcceptedFixes(64)
+        algo.restore(ckpt)
+        assert algo.fixes.fixes == tracked
+        marker = json.loads((ckpt / "checkpoint.json").read_text())
+        del marker["files"]["accepted_fixes.json"]
+        (ckpt / "accepted_fixes.json").unlink()
+        (ckpt / "checkpoint.json").write_text(json.dumps(marker))
+        algo.restore(ckpt)
+        assert algo.fixes.fixes == []
     finally:
         algo.stop()
 

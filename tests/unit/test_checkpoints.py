@@ -117,3 +117,19 @@ def test_config_changes_name_training_options_and_ignore_the_layout():
     assert config_changes(saved, same_training) == []
     other = RTIConfig().environment("Navigation-v0").training(lr=1e-3, group_size=4).to_dict()
     assert config_changes(saved, other) == ["training.group_size: 8 -> 4", "training.lr: 1e-06 -> 0.001"]
+
+
+def test_rti_options_matter_only_to_runs_that_intervene():
+    from rti_actors.checkpoints import config_changes
+    from rti_actors.config import RTIConfig
+
+    def cfg(algorithm, delta):
+        return (RTIConfig().environment("Navigation-v0").training(algorithm=algorithm)
+                .interventions(ppl_threshold=delta).to_dict())
+
+    saved = cfg("grpo", 5.0)
+    saved["interventions"].pop("candidates_per_wave")  # a checkpoint older than an RTI option
+    assert config_changes(saved, cfg("grpo", 3.0)) == []
+    rti_saved = cfg("rti", 5.0)
+    assert config_changes(rti_saved, cfg("rti", 3.0)) == ["interventions.ppl_threshold: 5.0 -> 3.0"]
+    assert "training.algorithm: 'grpo' -> 'rti'" in config_changes(saved, cfg("rti", 5.0))

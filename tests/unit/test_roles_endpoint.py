@@ -58,7 +58,7 @@ EPISODE = EpisodeText([{"role": "user", "content": "Plan a route"}, {"role": "as
 VERDICT = {"diagnosis": "d", "suggest_next": "s"}
 VALIDATE = ValidateQuery(EPISODE, {"gold": "secret"})
 CORRECT = CorrectQuery(EPISODE, {"gold": "secret"}, 0, VERDICT)
-VERIFY = VerifyQuery(EPISODE.history(0), EPISODE.actions[0], "x", VERDICT, "en")
+VERIFY = VerifyQuery(EPISODE.history(0), EPISODE.actions[0], "x", VERDICT, "en", {"answer": "y"})
 
 
 def test_endpoint_roles_parse_answers(endpoint, tiny_model_path):

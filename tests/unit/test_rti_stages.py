@@ -14,10 +14,10 @@ from policies.chat import ChatRenderer
 from policies.engines import make_engine
 from rti_actors.config import DEFAULTS
 from rti_actors.engine_actor import LocalEngines
-from rti_actors.env_runner import EnvRunner
+from rti_actors.env_runner import EnvRunner, request_seed
 from rti_actors.groups import group_by_task
 from rti_actors.rti.pipeline import Intervention, episode_text
-from rti_actors.rti.records import Candidate
+from rti_actors.rti.records import Candidate, Finding
 from rti_actors.rti.roles import RuleRoles
 from rti_actors.trajectory import EpisodeSpec
 
@@ -141,3 +141,36 @@ def test_second_fix_replaces_the_first_and_carries_both(parts):
     for g in out:
         sources = [t.source_index for t in g if t.intervened]
         assert len(sources) == len(set(sources))  # one rescued trajectory per source
+
+
+class _FirstWaveClean:
+    """The env's rule roles, except that the first ``validate`` call finds no error at all,
+    as a Validator that misses every error of the best candidates would."""
+
+    def __init__(self, rules):
+        self.rules, self.calls = rules, 0
+
+    def validate(self, queries):
+        self.calls += 1
+        return [Finding() for _ in queries] if self.calls == 1 else self.rules.validate(queries)
+
+    def correct(self, *args):
+        return self.rules.correct(*args)
+
+
+def test_candidates_are_tried_in_waves_until_the_group_has_its_fixes(parts):
+    groups = parts["groups"]
+    one_wave = _intervention(parts, candidates_per_wave=len(groups[0]))
+    _, m = one_wave.run(groups, version=0, round_=0, evidence=parts["evidence"])
+    assert m["rti/waves"] == 1 and m["rti/candidates"] == sum(map(len, groups))
+
+    iv = _intervention(parts, candidates_per_wave=1, max_accepted_per_group=1)
+    iv.roles = [_FirstWaveClean(parts["rules"])]
+    out, m = iv.run(groups, version=0, round_=0, evidence=parts["evidence"])
+    # wave 1 (each group's best candidate) found nothing, so wave 2 tried the next one
+    assert m["rti/waves"] == 2 and m["rti/candidates"] == 2 * len(groups)
+    assert m["rti/accepted"] >= 1
+    for g_in, g_out in zip(groups, out):
+        best = min(g_in, key=lambda t: (-t.progress, t.num_turns, request_seed(0, 0, t.task_id, t.sample_index)))
+        for t in (t for t in g_out if t.intervened):
+            assert t.source_index != best.sample_index  # the rescue came from the second wave
