@@ -179,3 +179,61 @@ def test_env_failures_are_counted_never_scored_and_never_trigger_rti(ray_cluster
     assert m["faults/infra_episodes"] == 4 and m["faults/groups_dropped"] == 2 and m["faults/episode_retries"] == 4
     assert m["num_groups"] == 1 and m["num_episodes"] == 2 and m["reward_mean"] == 0.0
     assert m["rti/triggered_groups"] == 1  # only the group the policy itself failed
+
+
+VERDICT_TEXT = '{"is_valid":false,"error_types":["wrong"],"diagnosis":"bad start","suggest_next":"retry"}'
+
+
+@pytest.fixture(scope="module")
+def verdict_model(tmp_path_factory, tiny_model_path):
+    """The tiny model trained to answer every chat prompt with one short Validator verdict
+    (and nothing else), so the policy itself can play the roles through ``roles="self"``."""
+    import random
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_path)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32)
+    target = tok.encode(VERDICT_TEXT, add_special_tokens=False) + [tok.eos_token_id]
+    rng, words = random.Random(0), ["route", "tool", "step", "reply", "Say", "task", "{", "}", "a", "9"]
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    torch.manual_seed(0)
+    for _ in range(60):
+        text = " ".join(rng.choice(words) for _ in range(rng.randint(3, 300)))
+        prompt = tok.apply_chat_template([{"role": "system", "content": "You reply."}, {"role": "user", "content": text}],
+                                         tokenize=False, add_generation_prompt=True)
+        ids = tok.encode(prompt, add_special_tokens=False)
+        x = torch.tensor([ids + target])
+        labels = torch.tensor([[-100] * len(ids) + target])
+        loss = model(input_ids=x, labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    path = tmp_path_factory.mktemp("verdict_model")
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)
+
+
+def test_self_roles_accept_a_fix_through_the_gate_and_train_it(ray_cluster, verdict_model, tmp_path):
+    # the policy fails every task (its answer starts with "{", the target is a snowman), as
+    # Validator it writes an invalid-step verdict under the schema, as Corrector it rewrites
+    # the step as it would write it: the rewrite's PPL under the policy is near 1, so the
+    # default gate (delta = 5) keeps it, and the continuation joins the learner's batch
+    algo = (RTIConfig().environment("FirstLetter-v0", env_config={"target": "\u2603"})
+            .policy(model=verdict_model, engine="hf", max_new_tokens=48, max_model_len=2048)
+            .env_runners(num_env_runners=1, num_envs_per_env_runner=4)
+            .training(algorithm="rti", group_size=2, tasks_per_iteration=2, skip_zero_variance_groups=False)
+            .interventions(roles="self", verifier=False, max_role_tokens=64)
+            .reporting(run_dir=str(tmp_path), run_name="self", tensorboard=False, plot=False).build())
+    try:
+        m = algo.train()
+    finally:
+        algo.stop()
+    assert m["rti/triggered_groups"] == 2 and m["rti/validator_found_error"] >= 1
+    assert m["rti/validator_unparsable"] == 0  # the schema leaves nothing to misread
+    assert m["rti/corrector_parsed"] >= 1 and m["rti/gate_pass"] >= 1 and m["rti/accepted"] >= 1
+    assert m["rti/mean_ppl_accepted"] <= 5.0
+    assert m["rti/continued"] >= 1
+    assert m["learner"]["num_samples"] == m["num_episodes"] + m["rti/continued"]
