@@ -63,7 +63,8 @@ def build_config(a) -> RTIConfig:
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--algorithm", default="rti", choices=["rti", "grpo", "gspo"])
+    ap.add_argument("--algorithm", default="rti", choices=["rti", "grpo", "gspo", "luffy"],
+                    help="luffy: Hard20's scripted oracle is the teacher (docs/ALGORITHM.md)")
     ap.add_argument("--model", default="smollm2-135m-instruct", help="a built-in name or a local HF model folder")
     ap.add_argument("--engine", default="vllm", choices=["vllm", "hf"])
     ap.add_argument("--roles", default="self", help="RTI roles: self | a local model folder | an http(s) endpoint")

@@ -11,16 +11,17 @@
         --engine vllm --num-engines 4 --num-env-runners 16 --iterations 200 --tasks-per-iteration 32 --gpu
 
     # warm start first: SFT on oracle demonstrations of easy training tasks, evaluate, then
-    # RL from the warm-started policy. The SmolLM2 warm start as run on a CPU, in
-    # two stages of ~1.5 h each: 160 demonstrations of <= 4 waypoints, then 100 of <= 6
-    # from the exported stage-1 policy; greedy p@1 on the first 35 test tasks 0 -> 11.4
-    SMALL="--language en --page-size 3 --poi-extensions base --max-model-len 8192 --max-new-tokens 320
-           --max-turns 14 --learner-backend torch --learner-dtype bfloat16 --sft-epochs 1 --sft-lr 5e-5
-           --eval-tasks 35 --eval-samples 1 --eval-temperature 0 --iterations 0"
-    python examples/navigation.py $SMALL --warmup-sft 160 --sft-max-waypoints 4 --sft-batch-size 2 \
-        --export-policy runs/nav-stage1
-    python examples/navigation.py $SMALL --model runs/nav-stage1 --no-base-eval --warmup-sft 100 \
-        --sft-max-waypoints 6 --sft-batch-size 1 --export-policy runs/nav-stage2
+    # RL from the warm-started policy. The two-stage SmolLM2 recipe, resumable, with its
+    # sizes for a 2-core CPU (scripts/warm_start.sh; the policies land in
+    # runs/warm_start-navigation/stage{1,2}-policy). With 160 + 100 demonstrations it took
+    # greedy p@1 on the first 35 test tasks from 0 to 11.4.
+    bash scripts/warm_start.sh navigation
+    python examples/navigation.py --model runs/warm_start-navigation/stage2-policy --language en \
+        --page-size 3 --poi-extensions base --max-model-len 8192 --max-new-tokens 320 --max-turns 14
+
+    # LUFFY: one of each group's G samples is the scripted oracle's successful trace
+    # (its traces run to 5k-11k tokens: give the context room)
+    python examples/navigation.py --algorithm luffy --engine hf --language en --page-size 3 --max-model-len 16384
 
 What to expect: one metrics line per iteration, then a Pass@k table with a row for the
 base policy, the warm-started one (with --warmup-sft) and the trained one. Without a warm
@@ -60,6 +61,9 @@ def build_config(args) -> RTIConfig:
             .learners(backend=args.learner_backend, zero_stage=args.zero_stage,
                       num_gpus_per_learner=1 if args.gpu else 0, dtype="bfloat16" if args.gpu else args.learner_dtype,
                       share_prefix=args.share_prefix, pack_sequences=args.pack_sequences)
+            # LUFFY (--algorithm luffy): the env's oracle is the teacher; it needs more turns than
+            # the policy gets (11 to 23), as the warm start's demonstrations do
+            .teacher(source="oracle", max_turns=30)
             .sft(lr=args.sft_lr, epochs=args.sft_epochs, batch_size=args.sft_batch_size,
                  checkpoint_every=args.sft_checkpoint_every)
             .evaluation(num_samples=args.eval_samples, num_tasks=args.eval_tasks, temperature=args.eval_temperature)
@@ -68,7 +72,8 @@ def build_config(args) -> RTIConfig:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--algorithm", default="grpo", choices=["grpo", "gspo", "rti"])
+    ap.add_argument("--algorithm", default="grpo", choices=["grpo", "gspo", "rti", "luffy"],
+                    help="luffy: the Navigation oracle's traces join each group (docs/ALGORITHM.md)")
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--engine", default="vllm", choices=["vllm", "hf"])
     ap.add_argument("--language", default="zh", choices=["zh", "en"])

@@ -1,9 +1,10 @@
 """``Algorithm``: the driver loop over the actor graph.
 
 ``train()`` reads like the recipe: pick tasks, sample G episodes per task on the env
-runners, group them, intervene on the all-fail groups (RTI), compute advantages, cut the
-learner's samples out and push them to the replay queue, let the learner pull and update,
-publish the new weights to every engine. Everything heavy runs in actors (started by
+runners (G - k with LUFFY, whose teacher brings k traces per task), group them, intervene
+on the all-fail groups (RTI), compute advantages, cut the learner's samples out and push
+them to the replay queue, let the learner pull and update, publish the new weights to every
+engine. Everything heavy runs in actors (started by
 ``rti_actors.build``); the driver only moves references. docs/ARCHITECTURE.md follows one
 iteration through the modules.
 """
@@ -29,6 +30,7 @@ from rti_actors.config import ConfigError, RTIConfig
 from rti_actors.demonstrations import from_trajectory, reaching, read_jsonl, to_sample, write_jsonl
 from rti_actors.faults import ActorMonitor, died
 from rti_actors.groups import all_failed, assign_advantages, is_learnable, scored_groups
+from rti_actors.luffy import Teacher, on_policy_count, teacher_metrics
 from rti_actors.metrics import format_table, summarize
 from rti_actors.reporting import Reporter
 from rti_actors.rti.fix_tracker import AcceptedFixes
@@ -67,6 +69,7 @@ class Algorithm:
         self.learner_step = 0  # the learner's optimiser steps, to count what a learner crash lost
         self.sft_progress: dict = {}  # the warm start's steps done and planned, saved with each checkpoint
         self.fixes = AcceptedFixes(c["interventions"]["tracked_fixes"])  # RTI: re-scored after every update
+        self.teacher = Teacher(c, self.runners, self.renderer) if c["training"]["algorithm"] == "luffy" else None
         self.monitor = ActorMonitor(g.kinds())
         self.redone: Counter = Counter()  # what the driver redid after a crash (faults/...)
         self._last_save: Path | None = None  # where a crashed learner is rebuilt from
@@ -85,8 +88,15 @@ class Algorithm:
             launch = self._next or self._launch(self._train_specs(self.iteration), self._sampling())
             self._next = None
             trajectories = self._collect(launch)
-        groups, faults = scored_groups(trajectories)  # an episode the env failed is never scored
-        pre_pass_at_g = _mean([max(tr.reward for tr in g) >= 1.0 for g in groups])
+        teacher, luffy = [], {}
+        if self.teacher is not None:  # LUFFY: the teacher's traces take their places in the groups
+            with _timed(times, "teacher"):
+                teacher, luffy = self.teacher.traces(launch.specs, self.version)
+        groups, faults = scored_groups(trajectories + teacher)  # an episode the env failed is never scored
+        # the policy's own Pass@G, before any trace it did not sample joins (RTI's fixes, a teacher's)
+        pre_pass_at_g = _mean([max((tr.reward for tr in g if not tr.off_policy), default=0.0) >= 1.0 for g in groups])
+        if self.teacher is not None:
+            luffy.update(teacher_metrics(groups))
         rti = {}
         if self.intervention is not None:
             with _timed(times, "intervene"):
@@ -114,6 +124,7 @@ class Algorithm:
         metrics.update(faults)
         metrics.update(self._fault_metrics())
         metrics.update(rti)
+        metrics.update(luffy)
         self.reporter.log("train", self.iteration, metrics)
         # after the log: a checkpoint of iteration N implies N's metrics row is written
         every = c["checkpointing"]["every"]
@@ -125,11 +136,15 @@ class Algorithm:
         return metrics
 
     def evaluate(self, split: str | None = None, num_tasks: int | None = None, method: str | None = None,
-                 record_path: str | os.PathLike | None = None) -> dict:
+                 record_path: str | os.PathLike | None = None, num_samples: int | None = None,
+                 temperature: float | None = None) -> dict:
         """n rollouts per task, no learning, no intervention; Pass@k / Pass^k summary.
         ``record_path``: append every rollout to this JSONL as demonstration records (with
-        their rewards; ``pretrain_sft`` keeps those at or above ``sft(min_reward=...)``)."""
-        e = self.config["evaluation"]
+        their rewards; ``pretrain_sft`` keeps those at or above ``sft(min_reward=...)``).
+        ``num_samples`` / ``temperature`` override ``evaluation(...)`` for this call (e.g. a
+        greedy pass beside the sampled one)."""
+        e = dict(self.config["evaluation"])
+        e.update({k: v for k, v in (("num_samples", num_samples), ("temperature", temperature)) if v is not None})
         split = split or e["split"]
         ids = ray.get(self.runners[0].task_ids.remote(split))
         n_tasks = num_tasks if num_tasks is not None else e["num_tasks"]
@@ -324,7 +339,7 @@ class Algorithm:
     def _train_specs(self, round_: int) -> list[EpisodeSpec]:
         t, seed = self.config["training"], self.config["debugging"]["seed"]
         tasks = self._pick_tasks(t["tasks_per_iteration"])
-        return [EpisodeSpec(tid, j, seed, round_, "train") for tid in tasks for j in range(t["group_size"])]
+        return [EpisodeSpec(tid, j, seed, round_, "train") for tid in tasks for j in range(on_policy_count(self.config))]
 
     def _sample(self, specs: list[EpisodeSpec], sampling: dict) -> list[Trajectory]:
         return self._collect(self._launch(specs, sampling))

@@ -192,6 +192,9 @@ def _start(c: RTIConfig, model_path: str, renderer, started: list, log_dir: Path
     if not train_ids:
         raise ConfigError(f"environment {env!r} has no tasks in its 'train' split")
 
+    if t["algorithm"] == "luffy" and c["teacher"]["source"] == "oracle" and not ray.get(runners[0].has_oracle.remote()):
+        raise ConfigError(f"teacher(source='oracle') needs an environment with a scripted oracle_agent(); {env!r} "
+                          "has none: give teacher(source=<a demonstrations JSONL>) instead")
     intervention, extra = None, {}
     if t["algorithm"] == "rti":
         intervention, extra = _intervention(c, model_path, renderer, pool, runners, creator, env_config, extra_engines,

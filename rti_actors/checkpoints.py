@@ -118,17 +118,21 @@ LAYOUT = {"env_runners": None, "fault_tolerance": None, "checkpointing": None, "
           "learners": {"num_cpus_per_learner", "num_gpus_per_learner", "num_threads_per_learner", "weight_sync",
                        "gradient_checkpointing", "offload", "custom_resources_per_learner"},
           "interventions": {"num_role_actors", "gate_max_batch", "gate_max_wait_ms"}}
+# sections read by one algorithm only
+OWNER = {"interventions": "rti", "teacher": "luffy"}
 
 
 def config_changes(saved: dict, current: dict) -> list[str]:
     """The training options that differ between a checkpoint's config and this run's,
     as "section.option: saved -> current"."""
     out = []
-    # RTI's options change nothing in a run of another algorithm, before or after
-    rti = "rti" in (saved.get("training", {}).get("algorithm"), current.get("training", {}).get("algorithm"))
+    # RTI's and LUFFY's options change nothing in a run of another algorithm, before or after
+    # (and a checkpoint from before LUFFY existed has no teacher section)
+    algorithms = {saved.get("training", {}).get("algorithm"), current.get("training", {}).get("algorithm")}
     for section, values in current.items():
         skip = LAYOUT.get(section, set())
-        if skip is None or (section == "interventions" and not rti):
+        owner = OWNER.get(section)
+        if skip is None or (owner is not None and owner not in algorithms):
             continue
         for key, value in values.items():
             before = saved.get(section, {}).get(key)

@@ -24,7 +24,7 @@ from policies.engines import vllm_available
 from policies.models import BUILTIN_MODELS, is_hub_id, is_model_folder
 from rti_actors.lora import check_lora
 
-ALGORITHMS = ("grpo", "gspo", "rti")
+ALGORITHMS = ("grpo", "gspo", "rti", "luffy")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 OFFLOADS = ("none", "optimizer", "optimizer+params")
 
@@ -85,6 +85,12 @@ DEFAULTS: dict[str, dict] = {
         "endpoint_model": "default",
         "endpoint_api_key_env": "RTI_ROLE_API_KEY",
     },
+    # LUFFY (used when training(algorithm="luffy")): where the teacher traces come from ("oracle":
+    # the env's scripted oracle_agent, or a demonstrations JSONL path), how many of a group's G
+    # they take (in place of on-policy samples), gamma of the shaping f(p) = p / (p + gamma)
+    # (LUFFY paper's 0.1), the reward a trace needs to be used, and the oracle's turn budget
+    # (None: the env's own max_turns; a scripted oracle may need more turns than the policy gets)
+    "teacher": {"source": "oracle", "traces_per_group": 1, "gamma": 0.1, "min_reward": 1.0, "max_turns": None},
     # supervised warm start on demonstrations (Algorithm.pretrain_sft), through the same learner
     # checkpoint_every: a checkpoint every N warm-start steps and one at its end (0: none), which
     # resume() continues from mid-way
@@ -220,6 +226,9 @@ WANTS: dict[str, dict[str, Want]] = {
         "verifier": BOOL, "verifier_llm": BOOL, "group_mode": _one_of("append", "replace"),
         "exclude_truncated": BOOL, "max_role_tokens": COUNT, "structured_verdicts": BOOL, "tracked_fixes": _int(0), "num_role_actors": COUNT, "gate_max_batch": COUNT,
         "gate_max_wait_ms": _num(0), "endpoint_model": TEXT, "endpoint_api_key_env": Want("name")},
+    "teacher": {"source": Want("path", why="'oracle' or a demonstrations JSONL file"),
+                "traces_per_group": COUNT, "gamma": _num(0, open_low=True, why="the shaping p / (p + gamma) needs gamma > 0"),
+                "min_reward": _num(), "max_turns": _int(1, none=True, why="None: the env's own max_turns")},
     "sft": {"lr": _num(0, open_low=True), "epochs": COUNT, "batch_size": COUNT,
             "min_reward": _num(none=True, why="None keeps every record"), "reset_optimizer": BOOL,
             "checkpoint_every": _int(0, why="0: no checkpoint during the warm start")},
@@ -346,6 +355,12 @@ class RTIConfig:
         """RTI settings (used when ``training(algorithm="rti")``); see docs/ALGORITHM.md."""
         return self._set("interventions", **kwargs)
 
+    def teacher(self, **kwargs) -> "RTIConfig":
+        """LUFFY settings (used when ``training(algorithm="luffy")``): source ("oracle" or a
+        demonstrations JSONL path), traces_per_group, gamma, min_reward, max_turns (the
+        oracle's); see docs/ALGORITHM.md."""
+        return self._set("teacher", **kwargs)
+
     def sft(self, **kwargs) -> "RTIConfig":
         """Warm-start settings for ``Algorithm.pretrain_sft``: lr (its own, usually well above
         RL's), epochs, batch_size (demonstrations per optimiser step), min_reward (records
@@ -466,6 +481,8 @@ class RTIConfig:
         problems += [f"learners(lora={_shown(lr['lora'])}): {p}"
                      for p in check_lora(lr["lora"], zero_stage=lr["zero_stage"] if ok("learners", "zero_stage") else 0)]
         problems += _intervention_problems(c["interventions"])
+        if t["algorithm"] == "luffy" and ok("teacher", "source", "traces_per_group") and ok("training", "group_size"):
+            problems += _teacher_problems(c["teacher"], t["group_size"])
         if not problems and available_cpus is not None:
             need = (r["num_env_runners"] * r["num_cpus_per_env_runner"] + r["num_engines"] * r["num_cpus_per_engine"]
                     + lr["num_learners"] * lr["num_cpus_per_learner"])
@@ -594,6 +611,20 @@ def _intervention_problems(iv: dict) -> list[str]:
     return problems
 
 
+def _teacher_problems(te: dict, group_size: int) -> list[str]:
+    """LUFFY's teacher: a source that exists and room for on-policy samples in each group (the
+    env's oracle is build's check: it needs the env)."""
+    problems = []
+    k, source = te["traces_per_group"], te["source"]
+    if k >= group_size:
+        problems.append(f"teacher(traces_per_group={k}) takes that many of each group's training(group_size="
+                        f"{group_size}) samples, leaving none on-policy: lower it or raise group_size")
+    if source != "oracle" and not Path(source).expanduser().is_file():
+        problems.append(f"teacher(source={_shown(str(source))}): no such file; give 'oracle' (the env's scripted "
+                        "oracle_agent) or the path of a demonstrations JSONL (rti_actors.demonstrations)")
+    return problems
+
+
 def gspo_clip_pair(value, name: str = "training(gspo_clip=...)") -> tuple[float, float]:
     """The GSPO clip as (low, high): a float is symmetric, a [low, high] pair is taken as is.
 
@@ -617,7 +648,7 @@ def learner_settings(config: RTIConfig) -> dict:
     Keys: algorithm, lr, weight_decay, clip_eps, gspo_clip_eps ((low, high)), temperature (the
     rollout temperature the behaviour log-probs were taken at, so unchanged weights give ratio
     1), zero_stage, micro_batch_tokens, grad_clip, seed, backend, dtype (None: bf16 on GPU,
-    fp32 on CPU), gradient_checkpointing, offload, pack_sequences, share_prefix, lora. The learner's own defaults are this
+    fp32 on CPU), gradient_checkpointing, offload, pack_sequences, share_prefix, lora, luffy_gamma (LUFFY's shaping). The learner's own defaults are this
     function applied to ``RTIConfig()``; the group adds each rank's rank and world_size.
     """
     t, p, lc = config["training"], config["policy"], config["learners"]
@@ -626,4 +657,5 @@ def learner_settings(config: RTIConfig) -> dict:
             "zero_stage": lc["zero_stage"], "micro_batch_tokens": t["micro_batch_tokens"],
             "grad_clip": t["grad_clip"], "seed": config["debugging"]["seed"], "backend": lc["backend"],
             "dtype": lc["dtype"], "gradient_checkpointing": lc["gradient_checkpointing"], "offload": lc["offload"],
-            "pack_sequences": lc["pack_sequences"], "share_prefix": lc["share_prefix"], "lora": lc["lora"]}
+            "pack_sequences": lc["pack_sequences"], "share_prefix": lc["share_prefix"], "lora": lc["lora"],
+            "luffy_gamma": config["teacher"]["gamma"]}

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from envs.base import finite_number
 from policies.chat import ChatRenderer, TokenBuffer
 from rti_actors.faults import Restartable
+from rti_actors.luffy import has_oracle, oracle_record, teacher_trajectory
 from rti_actors.trajectory import EpisodeSpec, Trajectory
 
 
@@ -108,6 +109,7 @@ class EnvRunner(Restartable):
         self.engines = engine_pool
         self.index = runner_index
         self.check_drift = check_drift
+        self.teacher_env = None  # LUFFY's oracle plays here, made on first use
 
     def ping(self) -> int:
         return self.index
@@ -153,6 +155,20 @@ class EnvRunner(Restartable):
             results = dict(zip(map(id, episodes), self._play(episodes, sampling)))
             out += [results[id(s)] if isinstance(s, Episode) else s for s in slots]
         return out
+
+    def has_oracle(self) -> bool:
+        return has_oracle(self.envs[0])
+
+    def teacher_traces(self, specs: list[EpisodeSpec], version: int, max_turns: int | None = None) -> list[Trajectory]:
+        """LUFFY: the env's oracle played on each spec's task (within ``max_turns`` turns; None:
+        the env's own), rendered into token ids by this runner's renderer (``rti_actors.luffy``);
+        all of them, failures included. The oracle has an env of its own, so the policy's
+        envs keep their config."""
+        if self.teacher_env is None:
+            extra = {} if max_turns is None else {"max_turns": max_turns}
+            self.teacher_env = self.creator({**self.env_config, **extra})
+        return [teacher_trajectory(self.renderer, oracle_record(self.teacher_env, s.task_id, s.split), s, version)
+                for s in specs]
 
     def has_rti_rules(self) -> bool:
         return self.envs[0].unwrapped.rti_rules() is not None

@@ -44,7 +44,7 @@ from rti_actors.checkpoints import check_pickles
 from rti_actors.config import ALGORITHMS, OFFLOADS, RTIConfig, gspo_clip_pair, learner_settings
 from rti_actors.faults import Restartable
 from rti_actors.lora import apply_lora, base_parameters, check_lora, lora_settings, merged_weights
-from rti_actors.losses import add_stats, finish_stats, grpo_loss, gspo_loss, masked_token_logprobs, sft_loss
+from rti_actors.losses import add_stats, finish_stats, grpo_loss, gspo_loss, luffy_loss, masked_token_logprobs, sft_loss
 from rti_actors.plan import ModelShape, model_state_bytes
 from rti_actors.trajectory import LearnerSample
 from rti_actors.weight_sync import free_address, host_store, init_group, send
@@ -64,9 +64,10 @@ DEFAULTS = {
 OBJECTIVES = ALGORITHMS + ("sft",)  # per update: "sft" trains on demonstrations (cross-entropy)
 
 
-# What update() checks and reads: policy_version is bookkeeping the loss never looks at, so
-# hand-built samples (tests, SFT demonstrations) may leave it out.
-SAMPLE_KEYS = tuple(k for k in LearnerSample.__annotations__ if k != "policy_version")
+# What update() checks and reads: policy_version is bookkeeping the loss never looks at, and
+# off_policy (LUFFY's teacher traces) is False when absent, so hand-built samples (tests, SFT
+# demonstrations) may leave both out.
+SAMPLE_KEYS = tuple(k for k in LearnerSample.__annotations__ if k not in ("policy_version", "off_policy"))
 # fp16 is left out on purpose: it needs loss scaling, which the torch loop does not do.
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 _CHECKPOINT_TAG = "learner"
@@ -178,6 +179,8 @@ class Learner:
         if c["algorithm"] not in ALGORITHMS:
             raise ValueError(f"unknown algorithm {c['algorithm']!r}; choose one of {ALGORITHMS}")
         c["gspo_clip_eps"] = gspo_clip_pair(c["gspo_clip_eps"], "learner gspo_clip_eps")
+        if not (isinstance(c["luffy_gamma"], (int, float)) and c["luffy_gamma"] > 0):
+            raise ValueError(f"luffy_gamma must be a number > 0, got {c['luffy_gamma']!r}")
         if c["backend"] not in ("deepspeed", "torch"):
             raise ValueError(f"unknown learner backend {c['backend']!r}; choose 'deepspeed' or 'torch'")
         if c["zero_stage"] not in (0, 1, 2, 3):
@@ -333,14 +336,15 @@ class Learner:
     def _row_tensors(self, samples: list[dict], row: Row) -> dict:
         """The row's lines as [lines, width] tensors, right-padded: token ids, position ids (a
         segment's restart at its start in the sample), loss mask, behaviour log-probs, token
-        weights, each token's advantage and sequence index (for GSPO), and the spans the
-        attention needs (offset and length of each segment in its line)."""
+        weights, each token's advantage and sequence index (for GSPO), whether it is a teacher's
+        (LUFFY), and the spans the attention needs (offset and length of each segment in its line)."""
         n, width = len(row.lines), row.width
         ids = torch.full((n, width), self.pad_id, dtype=torch.long)
         pos = torch.arange(width, dtype=torch.long).repeat(n, 1)
         mask = torch.zeros((n, width), dtype=torch.bool)
         blp, tw, adv = torch.zeros((n, width)), torch.ones((n, width)), torch.zeros((n, width))
         seq = torch.zeros((n, width), dtype=torch.long)
+        off = torch.zeros((n, width), dtype=torch.bool)
         spans, k = [], 0
         for i, line in enumerate(row.lines):
             at, line_spans = 0, []
@@ -352,13 +356,15 @@ class Learner:
                 blp[i, sl] = torch.tensor(s["behaviour_logprobs"][seg.start:], dtype=torch.float32)
                 tw[i, sl] = torch.tensor(s["token_weight"][seg.start:], dtype=torch.float32)
                 adv[i, sl] = float(s["advantage"])
+                off[i, sl] = bool(s.get("off_policy", False))
                 seq[i, sl] = k
                 line_spans.append((at, seg.length))
                 at, k = at + seg.length, k + 1
             seq[i, at:] = k - 1  # pads belong to the line's last sequence; their mask is 0
             spans.append(line_spans)
         out = {k: v.to(self.device) for k, v in
-               {"ids": ids, "pos": pos, "mask": mask, "blp": blp, "tw": tw, "adv": adv, "seq": seq}.items()}
+               {"ids": ids, "pos": pos, "mask": mask, "blp": blp, "tw": tw, "adv": adv, "seq": seq,
+                "off": off}.items()}
         out["spans"] = spans
         return out
 
@@ -379,6 +385,10 @@ class Learner:
         if objective == "gspo":
             return gspo_loss(logp, batch["blp"], batch["adv"], batch["tw"], batch["mask"],
                              clip_eps=self.config["gspo_clip_eps"], num_sequences=normaliser, seq=batch["seq"])
+        if objective == "luffy":
+            return luffy_loss(logp, batch["blp"], batch["adv"], batch["tw"], batch["mask"], batch["off"],
+                              clip_eps=self.config["clip_eps"], gamma=self.config["luffy_gamma"],
+                              num_tokens=normaliser)
         return grpo_loss(logp, batch["blp"], batch["adv"], batch["tw"], batch["mask"],
                          clip_eps=self.config["clip_eps"], num_tokens=normaliser)
 
@@ -466,6 +476,8 @@ class Learner:
         grad_norm, stepped = self._optimizer_step(lr)
         self.step += int(stepped)
         keys = ("loss_tokens", "clipped", "clip_units", "ratio_sum", "kl_sum")
+        if objective == "luffy":  # its KL is over on-policy tokens; and what the teacher tokens did
+            keys += ("kl_tokens", "teacher_tokens", "shaped_sum")
         loss_sum, processed, *summed = self._all_reduce(
             [loss_sum, float(sum(len(s["ids"]) for s in samples))] + [totals.get(k, 0.0) for k in keys])
         if self.device.type == "cpu":

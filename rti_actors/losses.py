@@ -1,4 +1,4 @@
-"""Losses of the learner: token log-probs, GRPO (PPO-clip), GSPO, and SFT (warm start).
+"""Losses of the learner: token log-probs, GRPO (PPO-clip), GSPO, LUFFY and SFT (warm start).
 
 Pure torch. Every tensor is ``[batch, length]`` and aligned with the token ids: position
 ``t`` holds the quantity for token ``t``, predicted from position ``t - 1`` (position 0 never
@@ -145,6 +145,56 @@ def gspo_loss(logp: torch.Tensor, behaviour_logp: torch.Tensor, advantages: torc
     return loss, stats
 
 
+# LUFFY's gamma (Yan et al., 2025, "Learning to Reason under Off-Policy Guidance"), read
+# from the run config's default like the GSPO clip above.
+LUFFY_GAMMA = _CONFIG_DEFAULTS["teacher"]["gamma"]
+
+
+def luffy_shaping(logp: torch.Tensor, gamma: float = LUFFY_GAMMA) -> torch.Tensor:
+    """LUFFY's policy shaping of a teacher token: f(p) = p / (p + gamma) with p = exp(logp),
+    the current policy's probability of the token. Written as sigmoid(logp - log(gamma)),
+    the same value, which stays finite for any logp. Its gradient with respect to logp is
+    gamma * p / (p + gamma)^2: small for tokens the policy already prefers, largest near
+    p = gamma, so rare but useful teacher tokens get the bigger push."""
+    if gamma <= 0:
+        raise ValueError(f"luffy gamma must be > 0, got {gamma}")
+    return torch.sigmoid(logp - float(torch.log(torch.tensor(gamma, dtype=torch.float64))))
+
+
+def luffy_loss(logp: torch.Tensor, behaviour_logp: torch.Tensor, advantages: torch.Tensor,
+               token_weight: torch.Tensor, mask: torch.Tensor, off_policy: torch.Tensor, clip_eps: float = 0.2,
+               gamma: float = LUFFY_GAMMA, num_tokens: float | None = None) -> tuple[torch.Tensor, dict]:
+    """GRPO's loss on the policy's own tokens and LUFFY's shaped objective on a teacher's.
+
+    On-policy token t (``off_policy`` 0): exactly ``grpo_loss``'s -min(ratio_t A_t, clip(...) A_t).
+    Teacher token t (``off_policy`` 1): -f(p_t) A_t with f(p) = p / (p + gamma) (``luffy_shaping``),
+    no clip and no behaviour log-prob (a teacher has none). Token-mean over all loss tokens of
+    the (global) batch, both kinds together, divided by ``num_tokens``. With no teacher token
+    the value and the gradient are ``grpo_loss``'s. Clip statistics count on-policy tokens only.
+    """
+    mask, off = mask.bool(), off_policy.bool()
+    on = mask & ~off
+    n = float(mask.sum()) if num_tokens is None else float(num_tokens)
+    log_ratio = _masked_log_ratio(logp, behaviour_logp, on)
+    ratio = torch.exp(log_ratio)
+    adv = _token_advantages(advantages, token_weight, logp.dtype)
+    clipped_loss, was_clipped = _clipped_surrogate(ratio, adv, clip_eps, clip_eps)
+    shaped = luffy_shaping(logp, gamma)
+    per_token = torch.where(off, -shaped * adv, clipped_loss)
+    loss = torch.where(mask, per_token, torch.zeros_like(per_token)).sum() / max(n, 1.0)
+    with torch.no_grad():
+        teacher = mask & off
+        stats = {"loss_tokens": float(mask.sum()),
+                 "clipped": float((was_clipped & on).sum()),
+                 "clip_units": float(on.sum()),
+                 "ratio_sum": float(ratio[on].sum()),
+                 "kl_sum": float((-log_ratio)[on].sum()),
+                 "kl_tokens": float(on.sum()),
+                 "teacher_tokens": float(teacher.sum()),
+                 "shaped_sum": float(shaped[teacher].sum())}
+    return loss, stats
+
+
 def sft_loss(logp: torch.Tensor, token_weight: torch.Tensor, mask: torch.Tensor,
              num_tokens: float | None = None) -> tuple[torch.Tensor, dict]:
     """Token-level cross-entropy on the loss-mask tokens (the assistant's), token-mean over
@@ -161,11 +211,19 @@ def sft_loss(logp: torch.Tensor, token_weight: torch.Tensor, mask: torch.Tensor,
 
 def finish_stats(totals: dict) -> dict:
     """Turn summed stats into metrics: clip_frac (of tokens for GRPO, of sequences for GSPO),
-    mean ratio (over the same units), approx_kl (mean of behaviour_logp - logp over tokens)."""
+    mean ratio (over the same units), approx_kl (mean of behaviour_logp - logp over tokens;
+    LUFFY's over on-policy tokens, ``kl_tokens``). With teacher tokens (LUFFY) also
+    teacher_tokens and shaped_weight_mean (the mean f(p) over them)."""
     units, tokens = max(totals.get("clip_units", 0.0), 1.0), max(totals.get("loss_tokens", 0.0), 1.0)
-    return {"clip_frac": totals.get("clipped", 0.0) / units,
-            "ratio_mean": totals.get("ratio_sum", 0.0) / units if totals.get("clip_units") else 1.0,
-            "approx_kl": totals.get("kl_sum", 0.0) / tokens}
+    if "kl_tokens" in totals:
+        tokens = max(totals["kl_tokens"], 1.0)
+    out = {"clip_frac": totals.get("clipped", 0.0) / units,
+           "ratio_mean": totals.get("ratio_sum", 0.0) / units if totals.get("clip_units") else 1.0,
+           "approx_kl": totals.get("kl_sum", 0.0) / tokens}
+    if totals.get("teacher_tokens"):
+        out["teacher_tokens"] = int(totals["teacher_tokens"])
+        out["shaped_weight_mean"] = totals["shaped_sum"] / totals["teacher_tokens"]
+    return out
 
 
 def add_stats(totals: dict, stats: dict) -> dict:

@@ -70,6 +70,8 @@ class Trajectory:
     drift: dict | None = None  # renderer drift check (debugging(check_drift=True))
     # set by the driver
     advantage: float = 0.0
+    # LUFFY: a teacher's trace in the group (not sampled by the policy; no behaviour log-probs)
+    off_policy: bool = False
     # RTI: set on a trajectory continued from a corrected step
     intervened: bool = False
     group: int | None = None            # index of its group in the iteration
@@ -108,7 +110,9 @@ class LearnerSample(TypedDict):
     engine's log-probs of those tokens at the rollout temperature (0 off the mask);
     ``token_weight`` scales each token's advantage (1 except for RTI's reweighted tokens);
     ``advantage`` is the trajectory's group-normalised advantage; ``policy_version`` is the
-    weights version that sampled it. Plain dicts, so they cross the object store cheaply.
+    weights version that sampled it; ``off_policy`` marks a teacher's trace (LUFFY), whose
+    tokens the learner trains with the shaped objective instead of the clipped ratio.
+    Plain dicts, so they cross the object store cheaply.
     """
 
     ids: list[int]
@@ -117,8 +121,10 @@ class LearnerSample(TypedDict):
     token_weight: list[float]
     advantage: float
     policy_version: int
+    off_policy: bool
 
 
 def learner_sample(t: Trajectory) -> LearnerSample:
     return LearnerSample(ids=t.ids, loss_mask=t.loss_mask, behaviour_logprobs=t.logprobs,
-                         token_weight=t.token_weight, advantage=t.advantage, policy_version=t.policy_version)
+                         token_weight=t.token_weight, advantage=t.advantage, policy_version=t.policy_version,
+                         off_policy=t.off_policy)

@@ -43,10 +43,18 @@ def test_one_iteration_end_to_end(ray_cluster, flat_model, tmp_path, algorithm):
         assert versions == [1]
         ev = algo.evaluate(num_tasks=2)
         assert ev["num_tasks"] == 2 and ev["n"] == 2 and "p@1" in ev["table"]
+        # a greedy pass beside the sampled one: greedy rollouts of a task are identical
+        greedy = algo.evaluate(num_tasks=2, num_samples=3, temperature=0.0, record_path=tmp_path / "greedy.jsonl")
+        assert greedy["n"] == 3 and greedy["pass^3"] == greedy["pass@1"]
+        replies = {}
+        for line in (tmp_path / "greedy.jsonl").read_text().splitlines():
+            r = json.loads(line)
+            replies.setdefault(r["task_id"], set()).add(json.dumps(r["messages"][-1]))
+        assert all(len(v) == 1 for v in replies.values())
     finally:
         algo.stop()
     lines = (tmp_path / "runs" / algorithm / "metrics.jsonl").read_text().splitlines()
-    assert [json.loads(l)["kind"] for l in lines] == ["train", "eval"]
+    assert [json.loads(l)["kind"] for l in lines] == ["train", "eval", "eval"]
     assert (tmp_path / "runs" / algorithm / "learning_curves.png").exists()
     assert list((tmp_path / "runs" / algorithm / "tensorboard").iterdir())
 
