@@ -28,6 +28,7 @@ from typing import Any, Callable, ClassVar
 
 from pydantic import BaseModel, ValidationError
 
+from envs.base import InfrastructureError
 from envs.claw_eval.tasks import ClawTask
 
 #: upstream's fault mix when a fault fires (``mock_services/_base.py``): rate limit,
@@ -39,12 +40,28 @@ DEFAULT_FROZEN_START = datetime(2026, 3, 2, 9, 0, 0, tzinfo=timezone.utc)
 
 class Clock:
     """``"frozen"``: a fixed start advancing one second per tool call, so an episode is a
-    pure function of its actions; ``"wall"``: the real UTC time (upstream's behaviour)."""
+    pure function of its actions; ``"wall"``: the real UTC time, and the services that
+    shift fixture dates against it upstream (gmail, calendar) do so (upstream's behaviour).
 
-    def __init__(self, mode: str = "frozen", start: datetime = DEFAULT_FROZEN_START):
+    A frozen clock built without ``start`` takes the task's anchor (see
+    ``MockService.frozen_anchor``) when ``ServiceHost`` builds the services, else
+    ``DEFAULT_FROZEN_START``."""
+
+    def __init__(self, mode: str = "frozen", start: datetime | None = None):
         if mode not in ("frozen", "wall"):
             raise ValueError(f"clock mode must be 'frozen' or 'wall', got {mode!r}")
-        self.mode, self.start, self.ticks = mode, start, 0
+        self.mode, self.ticks = mode, 0
+        self.start = start or DEFAULT_FROZEN_START
+        self.anchored = start is not None
+
+    def anchor(self, start: datetime) -> None:
+        """Set the frozen start from the fixtures, unless the caller fixed one."""
+        if not self.anchored:
+            self.start, self.anchored = start, True
+
+    @property
+    def wall(self) -> bool:
+        return self.mode == "wall"
 
     def now(self) -> datetime:
         if self.mode == "wall":
@@ -64,6 +81,31 @@ class Reply:
     body: Any
 
 
+class HTTPError(Exception):
+    """Raised by a handler for an HTTP error answer (FastAPI's ``HTTPException``): the
+    reply is ``{"detail": detail}`` with ``status``, and the call is not logged, as
+    upstream raises before its log line."""
+
+    def __init__(self, status: int, detail: Any):
+        super().__init__(f"HTTP {status}: {detail}")
+        self.status, self.detail = status, detail
+
+
+def missing(kind: str, key: str) -> dict:
+    """Upstream answers a missing record with 200 and an ``error`` key, not a 404."""
+    return {"error": f"{kind} {key} not found"}
+
+
+def parse_instant(text: str) -> datetime:
+    """An ISO-8601 instant as the fixtures write it (``Z`` or an offset)."""
+    return datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+
+
+def format_instant(when: datetime) -> str:
+    """The form upstream's date shift writes back into fixtures."""
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def route(path: str, model: type[BaseModel] | None = None) -> Callable:
     """Mark a ``MockService`` method as the handler of ``POST path``; ``model`` validates
     the body (an absent or empty body means the model's defaults, as upstream)."""
@@ -76,13 +118,22 @@ def route(path: str, model: type[BaseModel] | None = None) -> Callable:
 class MockService:
     """One service's state. Subclasses set ``module`` (upstream's folder name) and
     ``fixture_var`` (the env variable naming its fixture file), implement ``load`` and
-    add ``@route`` handlers that return the response body."""
+    add ``@route`` handlers that return the response body.
+
+    ``paths`` holds every fixture variable of the task's service block resolved against
+    the data dir (a service reading two files, like web, finds its second there), ``env``
+    the whole env block (OCR_FILENAME, DOCUMENTS_BASE_DIR, ...), ``data_dir`` the copy's
+    root, which upstream's servers take as their working directory."""
 
     module: ClassVar[str] = ""
     fixture_var: ClassVar[str] = ""
 
-    def __init__(self, name: str, fixture_path: Path | None, clock: Clock):
+    def __init__(self, name: str, fixture_path: Path | None, clock: Clock, *,
+                 paths: dict[str, Path] | None = None, env: dict[str, str] | None = None,
+                 data_dir: Path | None = None):
         self.name, self.clock = name, clock
+        self.paths, self.env = dict(paths or {}), dict(env or {})
+        self.data_dir = Path(data_dir) if data_dir is not None else None
         self.calls: list[dict] = []
         self.routes: dict[str, tuple[Callable, type[BaseModel] | None]] = {}
         for klass in reversed(type(self).__mro__):
@@ -90,11 +141,25 @@ class MockService:
                 if hasattr(attr, "_route"):
                     path, model = attr._route
                     self.routes[path] = (attr, model)
-        data = json.loads(fixture_path.read_text(encoding="utf-8")) if fixture_path else None
-        self.load(data)
+        self.load(self.read(fixture_path))
+
+    def read(self, fixture_path: Path | None) -> Any:
+        """The fixture content handed to ``load`` (JSON by default; None without a file)."""
+        return json.loads(fixture_path.read_text(encoding="utf-8")) if fixture_path else None
 
     def load(self, data: Any) -> None:
         raise NotImplementedError
+
+    def frozen_anchor(self) -> datetime | None:
+        """Where a frozen clock should start for this service's fixtures, or None when the
+        service does not read the clock against its records."""
+        return None
+
+    def log_entry(self, path: str, request: Any, response: Any) -> dict:
+        """The audit record of a successful call (upstream's shape; a few services log
+        less, and override this)."""
+        return {"endpoint": path, "request_body": request, "response_body": copy.deepcopy(response),
+                "timestamp": self.clock.iso()}
 
     def actions(self) -> dict[str, list]:
         """The service's action lists for the audit (e.g. ``{"orders": [...]}``)."""
@@ -113,17 +178,22 @@ class MockService:
             try:
                 request = model.model_validate({} if body is None else body)
             except ValidationError as exc:
-                detail = json.loads(exc.json(include_url=False))
+                # via json with ASCII escapes: an input holding a lone surrogate or an
+                # exotic object still yields a JSON-safe detail list
+                detail = json.loads(json.dumps(exc.errors(include_url=False), default=str))
                 for d in detail:
                     d["loc"] = ["body", *d.get("loc", [])]
                 return Reply(422, {"detail": detail})
         try:
             out = fn(self, request)
+        except HTTPError as exc:
+            return Reply(exc.status, {"detail": exc.detail})
+        except InfrastructureError:  # the host is broken (a missing library), not the call
+            raise
         except Exception:  # upstream's server answers a handler crash with a bare 500
             return Reply(500, {"detail": "Internal Server Error"})
         logged = request.model_dump() if isinstance(request, BaseModel) else copy.deepcopy(request)
-        self.calls.append({"endpoint": path, "request_body": logged, "response_body": copy.deepcopy(out),
-                           "timestamp": self.clock.iso()})
+        self.calls.append(self.log_entry(path, logged, out))
         return Reply(200, out)
 
 
@@ -138,6 +208,11 @@ class Dispatch:
     status: int
     body: Any
     fault: str | None = None  # the injected fault kind, if one fired
+    url: str = ""             # the endpoint's URL as task.yaml writes it ("" for an unknown tool)
+
+    @property
+    def is_error(self) -> bool:
+        return self.status >= 400
 
 
 class ServiceHost:
@@ -163,12 +238,19 @@ class ServiceHost:
             if cls is None:
                 raise ValueError(f"task {task.task_id}: no in-process implementation of service module "
                                  f"{spec.module!r} (have {sorted(registry)})")
-            fixture = spec.fixtures.get(cls.fixture_var)
-            path = Path(data_dir) / fixture if fixture else None
-            if own_fixtures and path is not None and cls.fixture_var in spec.defaulted:
-                own = task.folder / "fixtures" / spec.module / path.name
-                path = own if own.is_file() else path
-            self.services[spec.name] = cls(spec.name, path, self.clock)
+            paths = {}
+            for var, rel in spec.fixtures.items():
+                path = Path(data_dir) / rel
+                if own_fixtures and var in spec.defaulted:
+                    own = task.folder / "fixtures" / spec.module / path.name
+                    path = own if own.is_file() else path
+                paths[var] = path
+            self.services[spec.name] = cls(spec.name, paths.get(cls.fixture_var), self.clock, paths=paths,
+                                           env=spec.env or {}, data_dir=Path(data_dir))
+        anchors = [a for a in (s.frozen_anchor() for s in self.services.values()) if a is not None]
+        if anchors and self.clock.mode == "frozen":
+            self.clock.anchor(max(anchors))
+        self.ports = {s.name: s.port for s in task.services}
         self.dispatches: list[Dispatch] = []
 
     def _fault(self) -> str | None:
@@ -194,7 +276,8 @@ class ServiceHost:
                                     "message": "An unexpected error occurred. Please try again."})
             else:  # no fault, or "slow": the real answer (the delay itself is not simulated)
                 reply = self.services[endpoint.service].handle(endpoint.path, arguments)
-            d = Dispatch(tool_name, endpoint.service, endpoint.path, arguments, reply.status, reply.body, fault)
+            url = f"http://localhost:{self.ports.get(endpoint.service, 0)}{endpoint.path}"
+            d = Dispatch(tool_name, endpoint.service, endpoint.path, arguments, reply.status, reply.body, fault, url)
         self.dispatches.append(d)
         self.clock.tick()
         return d

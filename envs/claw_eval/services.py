@@ -1,6 +1,11 @@
 """Fixture-backed services, re-implemented from the behaviour of upstream's mock servers
 (routes, request fields, response and audit keys), not from their code. Response keys
 and audit list names must match upstream's exactly: the task graders read them.
+
+This module holds inventory and notes and the registry ``SERVICES``; the others live in
+``services_office`` (gmail, calendar, todo, contacts), ``services_business`` (finance,
+crm, helpdesk, kb, config, scheduler) and ``services_content`` (rss, web, ocr,
+documents).
 """
 
 from __future__ import annotations
@@ -10,12 +15,17 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from envs.claw_eval.mock import MockService, route
-
-
-def _not_found(kind: str, key: str) -> dict:
-    # upstream answers a missing record with 200 and an error key, not a 404
-    return {"error": f"{kind} {key} not found"}
+from envs.claw_eval.mock import MockService, missing, route
+from envs.claw_eval.services_business import (
+    ConfigService,
+    CRMService,
+    FinanceService,
+    HelpdeskService,
+    KBService,
+    SchedulerService,
+)
+from envs.claw_eval.services_content import DocumentsService, OCRService, RSSService, WebService
+from envs.claw_eval.services_office import CalendarService, ContactsService, GmailService, TodoService
 
 
 class ListProducts(BaseModel):
@@ -51,11 +61,11 @@ class InventoryService(MockService):
     @route("/inventory/products/get", GetProduct)
     def get_product(self, req: GetProduct) -> dict:
         match = next((p for p in self.products if p["product_id"] == req.product_id), None)
-        return copy.deepcopy(match) if match else _not_found("Product", req.product_id)
+        return copy.deepcopy(match) if match else missing("Product", req.product_id)
 
     @route("/inventory/orders/create", CreateOrder)
     def create_order(self, req: CreateOrder) -> dict:
-        order = {**req.model_dump(), "timestamp": self.clock.iso()}
+        order = req.model_dump()  # no timestamp: upstream's order record has none
         self.orders.append(order)
         return {"status": "created", "order": copy.deepcopy(order)}
 
@@ -94,14 +104,17 @@ class NotesService(MockService):
     @route("/notes/get", GetNote)
     def get_note(self, req: GetNote) -> dict:
         match = next((n for n in self.notes if n["note_id"] == req.note_id), None)
-        return copy.deepcopy(match) if match else _not_found("Note", req.note_id)
+        return copy.deepcopy(match) if match else missing("Note", req.note_id)
 
     @route("/notes/share", ShareNote)
     def share_note(self, req: ShareNote) -> dict:
-        record = {**req.model_dump(), "timestamp": self.clock.iso()}
+        record = req.model_dump()  # no timestamp, as upstream's share record
         self.shared.append(record)
         return {"status": "shared", "record": copy.deepcopy(record)}
 
 
-#: module name -> implementation; grows one service at a time
-SERVICES: dict[str, type[MockService]] = {cls.module: cls for cls in (InventoryService, NotesService)}
+#: module name -> implementation: every fixture-backed module (``tasks.FIXTURE_SERVICES``)
+SERVICES: dict[str, type[MockService]] = {cls.module: cls for cls in (
+    InventoryService, NotesService, GmailService, CalendarService, TodoService, ContactsService, FinanceService,
+    CRMService, HelpdeskService, KBService, ConfigService, SchedulerService, RSSService, WebService, OCRService,
+    DocumentsService)}

@@ -181,7 +181,8 @@ def _grader_needs_judge(folder: Path, seen: frozenset[str] = frozenset()) -> tup
     return False, peer
 
 
-def _offline_problems(data_dir: Path, tools, endpoints, services, prompt: dict, raw: dict) -> tuple[str, ...]:
+def _offline_problems(data_dir: Path, folder: Path, tools, endpoints, services, prompt: dict,
+                      raw: dict) -> tuple[str, ...]:
     problems = []
     if not tools:
         problems.append("no tools")
@@ -199,6 +200,12 @@ def _offline_problems(data_dir: Path, tools, endpoints, services, prompt: dict, 
     missing = sorted(p for s in services for p in s.fixtures.values() if not (data_dir / p).exists())
     if missing:
         problems.append(f"missing fixtures: {', '.join(missing)}")
+    # the documents service reads the task's own files (listed as sandbox files), which
+    # some copies lack; without them every call is a 404 and the task cannot be done
+    if any(s.module == "documents" for s in services):
+        absent = sorted(str(f) for f in raw.get("sandbox_files") or [] if not (folder / str(f)).exists())
+        if absent:
+            problems.append(f"missing document files: {', '.join(absent)}")
     return tuple(problems)
 
 
@@ -236,7 +243,7 @@ def load_task(folder: str | Path, data_dir: str | Path | None = None) -> ClawTas
             max_turns=int(environment.get("max_turns", DEFAULT_MAX_TURNS)),
             timeout_s=int(environment.get("timeout_seconds", DEFAULT_TIMEOUT_S)),
             judge_rubric=str(raw.get("judge_rubric", "")), peer_task=peer, needs_judge=needs_judge,
-            offline_problems=_offline_problems(data_dir, tools, endpoints, services, prompt, raw),
+            offline_problems=_offline_problems(data_dir, folder, tools, endpoints, services, prompt, raw),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ClawEvalTaskError(f"{path}: malformed field ({exc!r})") from exc

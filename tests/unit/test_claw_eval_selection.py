@@ -19,7 +19,8 @@ def ids(records):
 
 
 def test_offline_language_difficulty(tasks):
-    assert ids(select_tasks(tasks)) == ["T001zh_parcel_desk", "T002_parcel_desk", "T003_stock_recount"]
+    assert ids(select_tasks(tasks)) == ["T001zh_parcel_desk", "T002_parcel_desk", "T003_stock_recount",
+                                        "T005_mail_digest"]
     assert ids(select_tasks(tasks, language="zh")) == ["T001zh_parcel_desk"]
     assert ids(select_tasks(tasks, difficulty="hard")) == ["T003_stock_recount"]
     assert ids(select_tasks(tasks, language="en", difficulty="easy")) == ["T002_parcel_desk"]
@@ -49,11 +50,13 @@ def test_hard20_split_holds_out_families(tasks):
     test = tasks_for(tasks, "hard20", "test", hard20_size=1)
     train = tasks_for(tasks, "hard20", "train", hard20_size=1)
     assert ids(test) == ["T003_stock_recount"]
-    assert ids(train) == ["T002_parcel_desk"]
+    assert ids(train) == ["T002_parcel_desk", "T005_mail_digest"]  # single-service T005 is never in hard20
     assert ids(tasks_for(tasks, "hard20", "train", language="zh", hard20_size=0)) == ["T001zh_parcel_desk"]
-    assert ids(tasks_for(tasks, "hard20", "all", hard20_size=1)) == ["T002_parcel_desk", "T003_stock_recount"]
+    assert ids(tasks_for(tasks, "hard20", "all", hard20_size=1)) == ["T002_parcel_desk", "T003_stock_recount",
+                                                                      "T005_mail_digest"]
     test2 = tasks_for(tasks, "hard20", "test", hard20_size=2)
-    assert tasks_for(tasks, "hard20", "train", hard20_size=2) == []  # both families held out
+    # both multi-service families held out
+    assert ids(tasks_for(tasks, "hard20", "train", hard20_size=2)) == ["T005_mail_digest"]
     assert {t.family for t in test2} == {"parcel_desk", "stock_recount"}
 
 

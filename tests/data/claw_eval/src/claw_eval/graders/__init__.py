@@ -1,0 +1,1 @@
+"""Stand-in graders package (see the package docstring)."""

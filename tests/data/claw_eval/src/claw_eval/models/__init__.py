@@ -1,0 +1,1 @@
+"""Stand-in record types (see the package docstring)."""
