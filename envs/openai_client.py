@@ -1,8 +1,9 @@
 """One stdlib client for OpenAI-compatible ``/chat/completions`` servers.
 
 Used wherever a model outside the actor graph is asked something: τ²'s LLM user, Hard20's
-rubric judge, and the RTI roles of the "larger model" ablation (``rti_actors.rti.roles``).
-``envs`` owns it because environments may not import ``rti_actors``.
+rubric judge, the RTI roles of the "larger model" ablation (``rti_actors.rti.roles``), and
+OPD's teacher, which asks ``/completions`` for the log-probs of a token-id prompt
+(``prompt_logprobs``). ``envs`` owns it because environments may not import ``rti_actors``.
 
 The API key comes from ``api_key`` or the environment variable ``api_key_env``; it is sent
 as a bearer token and nowhere else. It never appears in ``repr``, error messages or pickles:
@@ -113,6 +114,7 @@ class OpenAIChatClient:
             raise ValueError(f"the {purpose} needs base_url (e.g. http://localhost:8000/v1) and model")
         base = base_url.rstrip("/")
         self.url = base if base.endswith("/chat/completions") else base + "/chat/completions"
+        self.completions_url = self.url.rsplit("/chat/completions", 1)[0] + "/completions"
         self.model, self.temperature, self.max_tokens = model, temperature, max_tokens
         self.timeout, self.extra_body, self.purpose = timeout, dict(extra_body or {}), purpose
         if (api_key_env is not None and not isinstance(api_key_env, str)) or not isinstance(allow_insecure_key, bool):
@@ -186,21 +188,7 @@ class OpenAIChatClient:
                 "temperature": self.temperature if temperature is None else temperature, **self.extra_body}
         if (max_tokens or self.max_tokens) is not None:
             body["max_tokens"] = max_tokens or self.max_tokens
-        headers = {"Content-Type": "application/json"}
-        key = self._key()
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        request = urllib.request.Request(self.url, data=json.dumps(body).encode(), headers=headers, method="POST")
-        try:
-            with _OPENER.open(request, timeout=self.timeout) as response:
-                payload = json.loads(response.read().decode())
-        except urllib.error.HTTPError as e:
-            detail = self._scrub(e.read().decode(errors="replace")[:500])
-            raise RuntimeError(f"{self.purpose} {self.url} answered HTTP {e.code}: {detail}") from None
-        except urllib.error.URLError as e:
-            raise RuntimeError(self._scrub(f"{self.purpose} {self.url} unreachable: {e.reason}")) from None
-        except (OSError, ValueError) as e:  # read timeouts (not wrapped by urllib), non-JSON answers
-            raise RuntimeError(self._scrub(f"{self.purpose} {self.url} failed: {type(e).__name__}: {e}")) from None
+        payload = self._post(self.url, body)
         try:
             message = payload["choices"][0]["message"]
         except (KeyError, IndexError, TypeError):
@@ -215,6 +203,45 @@ class OpenAIChatClient:
                 args = {}
             text += "\n" + format_tool_call(fn.get("name", ""), args)
         return text
+
+    def prompt_logprobs(self, token_ids: list[int]) -> tuple[list[str] | None, list[float | None]]:
+        """Each prompt token's log-probability given the tokens before it, from ``/completions``
+        with the prompt as token ids (nothing is tokenised here) and ``echo``: the token texts
+        the server's tokenizer gives those ids (None if it sends none) and one log-prob per id
+        (the first is None: nothing precedes it). Servers return the model's own distribution
+        (temperature 1)."""
+        body = {"model": self.model, "prompt": list(token_ids), "max_tokens": 1, "temperature": 0.0,
+                "echo": True, "logprobs": 1, **self.extra_body}
+        payload = self._post(self.completions_url, body)
+        try:
+            logprobs = payload["choices"][0]["logprobs"]
+            values = list(logprobs["token_logprobs"])[:len(token_ids)]
+        except (KeyError, IndexError, TypeError):
+            raise RuntimeError(f"{self.purpose} {self.completions_url} answered without choices[0].logprobs."
+                               "token_logprobs: it must echo the prompt's log-probs (echo=true, logprobs=1)") from None
+        if len(values) < len(token_ids) or not all(isinstance(v, (int, float)) for v in values[1:]):
+            raise RuntimeError(f"{self.purpose} {self.completions_url} returned {len(values)} prompt log-probs for "
+                               f"{len(token_ids)} prompt tokens, or some that are not numbers")
+        tokens = logprobs.get("tokens")
+        return (list(tokens)[:len(token_ids)] if isinstance(tokens, list) else None), values
+
+    def _post(self, url: str, body: dict) -> dict:
+        """POST ``body`` as JSON with the key (checked for this URL) and return the JSON answer."""
+        headers = {"Content-Type": "application/json"}
+        key = self._key()
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers, method="POST")
+        try:
+            with _OPENER.open(request, timeout=self.timeout) as response:
+                return json.loads(response.read().decode())
+        except urllib.error.HTTPError as e:
+            detail = self._scrub(e.read().decode(errors="replace")[:500])
+            raise RuntimeError(f"{self.purpose} {url} answered HTTP {e.code}: {detail}") from None
+        except urllib.error.URLError as e:
+            raise RuntimeError(self._scrub(f"{self.purpose} {url} unreachable: {e.reason}")) from None
+        except (OSError, ValueError) as e:  # read timeouts (not wrapped by urllib), non-JSON answers
+            raise RuntimeError(self._scrub(f"{self.purpose} {url} failed: {type(e).__name__}: {e}")) from None
 
     def check(self) -> None:
         """Fail fast (e.g. at ``build()``) when the server cannot be reached."""

@@ -16,6 +16,9 @@ inventory, knowledge base, notes, scheduler, todo, config); 160 training variant
         --num-engines 4 --num-env-runners 16 --tasks-per-iteration 32 --iterations 100 \
         --max-turns 30 --max-new-tokens 1024 --max-model-len 32768 --eval-samples 4
 
+    # on-policy distillation: a stronger model with the policy's tokenizer scores its tokens
+    python examples/hard20.py --quick --algorithm opd --teacher-model /path/to/warm-started-policy
+
 What it prints: one metrics line per iteration (reward, success, the share of all-fail
 groups, how many RTI interventions were accepted and rescued a group), then a table in
 the paper's layout — p@1, avg p@k, avg p^k on the held-out tasks — for the base policy and
@@ -54,6 +57,9 @@ def build_config(a) -> RTIConfig:
             .training(algorithm=a.algorithm, group_size=a.group_size, tasks_per_iteration=a.tasks_per_iteration,
                       lr=a.lr)
             .interventions(roles=a.roles, ppl_threshold=a.ppl_threshold, eps_cal=a.eps_cal)
+            # OPD (--algorithm opd): a model or an endpoint scores the policy's own tokens
+            .teacher(model=a.teacher_model, endpoint=a.teacher_endpoint, endpoint_model=a.teacher_endpoint_model,
+                     reward_weight=a.opd_reward_weight)
             .learners(backend="deepspeed", zero_stage=a.zero_stage, num_gpus_per_learner=1 if a.gpu else 0,
                       dtype="bfloat16" if a.gpu else None)
             .sft(lr=a.sft_lr, epochs=a.sft_epochs)
@@ -63,8 +69,17 @@ def build_config(a) -> RTIConfig:
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--algorithm", default="rti", choices=["rti", "grpo", "gspo", "luffy"],
-                    help="luffy: Hard20's scripted oracle is the teacher (docs/ALGORITHM.md)")
+    ap.add_argument("--algorithm", default="rti", choices=["rti", "grpo", "gspo", "luffy", "opd"],
+                    help="luffy: Hard20's scripted oracle is the teacher; opd: a teacher (--teacher-model or "
+                         "--teacher-endpoint) scores the policy's tokens (docs/ALGORITHM.md)")
+    ap.add_argument("--teacher-model", default=None, metavar="DIR",
+                    help="opd: the teacher, a model folder (or built-in name) with the policy's tokenizer")
+    ap.add_argument("--teacher-endpoint", default=None, metavar="URL",
+                    help="opd: the teacher behind an OpenAI-compatible server that echoes prompt log-probs "
+                         "(key from $RTI_TEACHER_API_KEY)")
+    ap.add_argument("--teacher-endpoint-model", default="default", help="opd: the model name the endpoint serves")
+    ap.add_argument("--opd-reward-weight", type=float, default=0.0,
+                    help="opd: weight of the env reward's advantage beside the reverse KL (0: pure distillation)")
     ap.add_argument("--model", default="smollm2-135m-instruct", help="a built-in name or a local HF model folder")
     ap.add_argument("--engine", default="vllm", choices=["vllm", "hf"])
     ap.add_argument("--roles", default="self", help="RTI roles: self | a local model folder | an http(s) endpoint")

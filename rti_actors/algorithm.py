@@ -2,7 +2,8 @@
 
 ``train()`` reads like the recipe: pick tasks, sample G episodes per task on the env
 runners (G - k with LUFFY, whose teacher brings k traces per task), group them, intervene
-on the all-fail groups (RTI), compute advantages, cut the learner's samples out and push
+on the all-fail groups (RTI), compute advantages (with OPD per token, from a teacher's
+scores of the student's tokens), cut the learner's samples out and push
 them to the replay queue, let the learner pull and update, publish the new weights to every
 engine. Everything heavy runs in actors (started by
 ``rti_actors.build``); the driver only moves references. docs/ARCHITECTURE.md follows one
@@ -64,6 +65,7 @@ class Algorithm:
         self.model_path, self.renderer, self.engine_dtype = g.model_path, g.renderer, g.engine_dtype
         self.engines, self.runners, self.queue, self.learner = g.engines, g.runners, g.queue, g.learner
         self.intervention, self.weight_sync, self.train_ids = g.intervention, g.weight_sync, g.train_ids
+        self.distiller = g.distiller  # OPD's teacher scoring (None for the other algorithms)
         self.iteration = 0
         self.version = 0
         self.learner_step = 0  # the learner's optimiser steps, to count what a learner crash lost
@@ -103,6 +105,10 @@ class Algorithm:
                 groups, rti = self._intervene(groups)
         for g in groups:
             assign_advantages(g)
+        opd = {}
+        if self.distiller is not None:  # OPD: each token's advantage is its negated reverse KL to the teacher
+            with _timed(times, "distill"):
+                opd = self.distiller.apply(groups)
         with _timed(times, "learn"):
             samples = [[learner_sample(tr) for tr in g] for g in groups]  # no text past this point
             versions = [min(tr.policy_version for tr in g) for g in groups]
@@ -125,6 +131,7 @@ class Algorithm:
         metrics.update(self._fault_metrics())
         metrics.update(rti)
         metrics.update(luffy)
+        metrics.update(opd)
         self.reporter.log("train", self.iteration, metrics)
         # after the log: a checkpoint of iteration N implies N's metrics row is written
         every = c["checkpointing"]["every"]

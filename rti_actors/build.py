@@ -5,6 +5,7 @@
     replay queue                   <- LearnerSample groups, tagged with a policy version
     learner (DeepSpeed / torch)    -> pulls from the queue, steps, publishes weights
     RTI: role actors, rule roles, PPL gate, extra engines (role model)
+    OPD: the teacher's engine (an extra engine) or endpoint client, in a Distiller
     env_config models: extra engines for a τ² LLM user or a Hard20 judge
 
 ``build_graph`` starts every actor, pings each one (an actor that cannot start fails here,
@@ -36,6 +37,7 @@ from rti_actors.learner import estimate_memory_gib
 from rti_actors.learner_group import LearnerGroup
 from rti_actors.logs import actor_env_vars, actor_log_dir
 from rti_actors.lora import check_lora
+from rti_actors.opd import Distiller, EndpointTeacher, EngineTeacher, check_endpoint_tokenizer, check_teacher_tokenizer
 from rti_actors.replay import ReplayQueue
 from rti_actors.rti.gate import PPLGate
 from rti_actors.rti.pipeline import Intervention
@@ -59,6 +61,7 @@ class ActorGraph:
     latest: object = None         # engine_actor.LatestWeights: what a restarted engine installs
     intervention: object = None   # rti_actors.rti.pipeline.Intervention (algorithm="rti")
     extra: dict = field(default_factory=dict)  # {kind: actors}: role actors, gate, extra engines
+    distiller: object = None      # rti_actors.opd.Distiller (algorithm="opd")
 
     def kinds(self) -> dict[str, list]:
         """Every actor by kind, for the fault counters (``rti_actors.faults``)."""
@@ -124,11 +127,13 @@ def build_graph(config: RTIConfig, run_dir: str | os.PathLike) -> ActorGraph:
     _check_tensor_parallel(model_path, p["tensor_parallel_size"])
     _check_lora(c, model_path)
     renderer = _renderer(model_path, p)
-    _check_memory(c, model_path)
+    teacher = _opd_teacher(c, renderer.tokenizer) if c["training"]["algorithm"] == "opd" else None
+    _check_memory(c, model_path, [teacher] if isinstance(teacher, str) else [])
     check_shared_paths(model_path, Path(run_dir))
     started: list = []
     try:
-        graph = _start(c, model_path, renderer, started, actor_log_dir(Path(run_dir), c["debugging"]["log_level"]))
+        graph = _start(c, model_path, renderer, started, actor_log_dir(Path(run_dir), c["debugging"]["log_level"]),
+                       teacher)
     except Exception:
         for a in started:  # the ones that did start hold CPUs and memory
             if isinstance(a, LearnerGroup):
@@ -139,7 +144,7 @@ def build_graph(config: RTIConfig, run_dir: str | os.PathLike) -> ActorGraph:
     return graph
 
 
-def _start(c: RTIConfig, model_path: str, renderer, started: list, log_dir: Path | None) -> ActorGraph:
+def _start(c: RTIConfig, model_path: str, renderer, started: list, log_dir: Path | None, teacher=None) -> ActorGraph:
     p, r, lc, ft, t = c["policy"], c["env_runners"], c["learners"], c["fault_tolerance"], c["training"]
     # engines: generation and scoring for rollouts, the intervention roles and the gate
     dtype = p["dtype"] or default_dtype(p["engine"], on_gpu=bool(r["num_gpus_per_engine"]))
@@ -157,6 +162,9 @@ def _start(c: RTIConfig, model_path: str, renderer, started: list, log_dir: Path
     started += engines
     extra_engines = ExtraEngines(p["engine"], {"dtype": dtype, "max_model_len": p["max_model_len"]},
                                   r["num_gpus_per_engine"], engine_env, started, restarts)
+    # OPD: a teacher model gets an engine of its own (started here, so the pings below cover it)
+    if isinstance(teacher, str):
+        teacher = EngineTeacher([extra_engines.get(teacher)])
 
     # env runners: each hosts num_envs_per_env_runner environments. env_config may name a
     # model for τ²'s LLM user or Hard20's judge: the runners get EngineChat callables in its
@@ -199,11 +207,17 @@ def _start(c: RTIConfig, model_path: str, renderer, started: list, log_dir: Path
     if t["algorithm"] == "rti":
         intervention, extra = _intervention(c, model_path, renderer, pool, runners, creator, env_config, extra_engines,
                                             started)
+    distiller = None
+    if teacher is not None:
+        # the KL's temperature, the same on both sides: the rollout's for a model teacher; an
+        # endpoint's prompt log-probs are the model's own distribution (temperature 1)
+        kl_temperature = EndpointTeacher.temperature if isinstance(teacher, EndpointTeacher) else p["temperature"]
+        distiller = Distiller(engines, teacher, kl_temperature, c["teacher"]["reward_weight"], p["max_model_len"])
     mode, meta = _init_weight_sync(c, learner, engines)
     if extra_engines.by_path:
         extra["extra_engine"] = extra_engines.handles()
     return ActorGraph(model_path, renderer, dtype, engines, runners, queue, learner, mode, meta, train_ids,
-                      latest, intervention, extra)
+                      latest, intervention, extra, distiller)
 
 
 class ExtraEngines:
@@ -335,6 +349,40 @@ def _intervention(c: RTIConfig, model_path: str, renderer, pool: EnginePool, run
     return intervention, extra
 
 
+# ---- OPD ----------------------------------------------------------------------------------------
+def _opd_teacher(c: RTIConfig, tokenizer):
+    """OPD's teacher, checked before any actor starts: the resolved folder of a teacher model
+    (its tokenizer must be the policy's, its context at least max_model_len), or an
+    ``EndpointTeacher`` whose server is reachable and reads the policy's token ids as the
+    policy does."""
+    te, p = c["teacher"], c["policy"]
+    policy_text = f"policy(model={p['model']!r})"
+    if te["endpoint"] is not None:
+        client = OpenAIChatClient(te["endpoint"], te["endpoint_model"], api_key_env=te["endpoint_api_key_env"],
+                                  timeout=120.0, purpose="teacher endpoint")
+        text = f"teacher(endpoint={te['endpoint']!r})"
+        try:
+            client.check()
+        except ValueError as e:
+            raise ConfigError(f"{text}: {e}; start it or give teacher(model=...)") from None
+        check_endpoint_tokenizer(client, tokenizer, text, policy_text)
+        return EndpointTeacher(client)
+    from transformers import AutoTokenizer
+
+    text = f"teacher(model={str(te['model'])!r})"
+    try:
+        path = load_model(str(te["model"]))
+    except (ValueError, RuntimeError) as e:
+        raise ConfigError(f"{text}: {e}") from None
+    check_teacher_tokenizer(tokenizer, AutoTokenizer.from_pretrained(path), text, policy_text)
+    positions = context_length(path)
+    if positions is not None and p["max_model_len"] > positions:
+        raise ConfigError(f"{text} has {positions} positions but scores whole trajectories of up to "
+                          f"policy(max_model_len={p['max_model_len']}) tokens: use a teacher with a longer context or "
+                          f"set max_model_len <= {positions}")
+    return path
+
+
 # ---- pieces ---------------------------------------------------------------------------------
 def _init_weight_sync(c: RTIConfig, learner, engines: list) -> tuple[str, list | None]:
     """Form the learner->engines broadcast group when configured (see weight_sync.py)."""
@@ -387,7 +435,9 @@ def _check_lora(c: RTIConfig, model_path: str) -> None:
                           + "; ".join(problems))
 
 
-def _check_memory(c: RTIConfig, model_path: str) -> None:
+def _check_memory(c: RTIConfig, model_path: str, extra_models: list[str] = ()) -> None:
+    """The learner and the engines against the host's available memory; ``extra_models``: the
+    folders of engines beside the policy's (OPD's teacher)."""
     import psutil
 
     lc, r = c["learners"], c["env_runners"]
@@ -404,7 +454,11 @@ def _check_memory(c: RTIConfig, model_path: str) -> None:
     else:
         need = n * estimate_memory_gib(model_path, lc["zero_stage"], lc["dtype"] or "float32", world_size=n)
     need += r["num_engines"] * (weights_gib + 1.5)
+    # another model's engine: its weights, which dominate for a teacher larger than the policy
+    # (the runtime allowance above is per policy engine and not repeated for it)
+    need += sum(estimate_memory_gib(m, 0, "float32") / 4 for m in extra_models)
     have = psutil.virtual_memory().available / 2**30
     if need > have:
-        raise ConfigError(f"the learner and {r['num_engines']} engine(s) need about {need:.1f} GiB of memory but "
-                          f"{have:.1f} GiB is available: use a smaller model, fewer engines, or ZeRO stage 2/3")
+        raise ConfigError(f"the learner and {r['num_engines'] + len(extra_models)} engine(s) need about {need:.1f} GiB "
+                          f"of memory but {have:.1f} GiB is available: use a smaller model (or teacher), fewer engines, "
+                          "or ZeRO stage 2/3")

@@ -15,6 +15,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from rti_actors.config import DEFAULTS
+
 MARKER = "checkpoint.json"
 
 # What a checkpoint's torch files may hold besides tensors and plain containers: DeepSpeed's
@@ -118,24 +120,25 @@ LAYOUT = {"env_runners": None, "fault_tolerance": None, "checkpointing": None, "
           "learners": {"num_cpus_per_learner", "num_gpus_per_learner", "num_threads_per_learner", "weight_sync",
                        "gradient_checkpointing", "offload", "custom_resources_per_learner"},
           "interventions": {"num_role_actors", "gate_max_batch", "gate_max_wait_ms"}}
-# sections read by one algorithm only
-OWNER = {"interventions": "rti", "teacher": "luffy"}
+# sections read by some algorithms only
+OWNER = {"interventions": {"rti"}, "teacher": {"luffy", "opd"}}
 
 
 def config_changes(saved: dict, current: dict) -> list[str]:
     """The training options that differ between a checkpoint's config and this run's,
     as "section.option: saved -> current"."""
     out = []
-    # RTI's and LUFFY's options change nothing in a run of another algorithm, before or after
-    # (and a checkpoint from before LUFFY existed has no teacher section)
+    # RTI's, LUFFY's and OPD's options change nothing in a run of another algorithm, before or
+    # after; an option a checkpoint predates ran with its default (LUFFY's checkpoints hold no
+    # OPD option, and one from before LUFFY existed has no teacher section)
     algorithms = {saved.get("training", {}).get("algorithm"), current.get("training", {}).get("algorithm")}
     for section, values in current.items():
         skip = LAYOUT.get(section, set())
         owner = OWNER.get(section)
-        if skip is None or (owner is not None and owner not in algorithms):
+        if skip is None or (owner is not None and owner.isdisjoint(algorithms)):
             continue
         for key, value in values.items():
-            before = saved.get(section, {}).get(key)
+            before = saved.get(section, {}).get(key, DEFAULTS.get(section, {}).get(key))
             if key not in skip and before != value:
                 out.append(f"{section}.{key}: {before!r} -> {value!r}")
     return out

@@ -24,7 +24,7 @@ from policies.engines import vllm_available
 from policies.models import BUILTIN_MODELS, is_hub_id, is_model_folder
 from rti_actors.lora import check_lora
 
-ALGORITHMS = ("grpo", "gspo", "rti", "luffy")
+ALGORITHMS = ("grpo", "gspo", "rti", "luffy", "opd")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 OFFLOADS = ("none", "optimizer", "optimizer+params")
 
@@ -90,7 +90,14 @@ DEFAULTS: dict[str, dict] = {
     # they take (in place of on-policy samples), gamma of the shaping f(p) = p / (p + gamma)
     # (LUFFY paper's 0.1), the reward a trace needs to be used, and the oracle's turn budget
     # (None: the env's own max_turns; a scripted oracle may need more turns than the policy gets)
-    "teacher": {"source": "oracle", "traces_per_group": 1, "gamma": 0.1, "min_reward": 1.0, "max_turns": None},
+    # OPD (used when training(algorithm="opd")): the teacher that scores the student's own tokens,
+    # a model (built-in name, local folder or hub id; its own engine actor) or an OpenAI-compatible
+    # endpoint returning prompt log-probs (key from endpoint_api_key_env only), and the weight of the
+    # env-reward advantage beside the per-token reverse KL (0: pure distillation, as GKD and the
+    # Thinking Machines recipe run it)
+    "teacher": {"source": "oracle", "traces_per_group": 1, "gamma": 0.1, "min_reward": 1.0, "max_turns": None,
+                "model": None, "endpoint": None, "endpoint_model": "default",
+                "endpoint_api_key_env": "RTI_TEACHER_API_KEY", "reward_weight": 0.0},
     # supervised warm start on demonstrations (Algorithm.pretrain_sft), through the same learner
     # checkpoint_every: a checkpoint every N warm-start steps and one at its end (0: none), which
     # resume() continues from mid-way
@@ -228,7 +235,11 @@ WANTS: dict[str, dict[str, Want]] = {
         "gate_max_wait_ms": _num(0), "endpoint_model": TEXT, "endpoint_api_key_env": Want("name")},
     "teacher": {"source": Want("path", why="'oracle' or a demonstrations JSONL file"),
                 "traces_per_group": COUNT, "gamma": _num(0, open_low=True, why="the shaping p / (p + gamma) needs gamma > 0"),
-                "min_reward": _num(), "max_turns": _int(1, none=True, why="None: the env's own max_turns")},
+                "min_reward": _num(), "max_turns": _int(1, none=True, why="None: the env's own max_turns"),
+                "model": Want("path", none=True, why="OPD's teacher: a built-in name, a local model folder or a hub id"),
+                "endpoint": Want("text", none=True, why="OPD's teacher: an http(s):// OpenAI-compatible base URL"),
+                "endpoint_model": TEXT, "endpoint_api_key_env": Want("name"),
+                "reward_weight": _num(0, why="0: pure reverse-KL distillation")},
     "sft": {"lr": _num(0, open_low=True), "epochs": COUNT, "batch_size": COUNT,
             "min_reward": _num(none=True, why="None keeps every record"), "reset_optimizer": BOOL,
             "checkpoint_every": _int(0, why="0: no checkpoint during the warm start")},
@@ -356,9 +367,11 @@ class RTIConfig:
         return self._set("interventions", **kwargs)
 
     def teacher(self, **kwargs) -> "RTIConfig":
-        """LUFFY settings (used when ``training(algorithm="luffy")``): source ("oracle" or a
-        demonstrations JSONL path), traces_per_group, gamma, min_reward, max_turns (the
-        oracle's); see docs/ALGORITHM.md."""
+        """The teacher of LUFFY and OPD; see docs/ALGORITHM.md. LUFFY (``training(algorithm=
+        "luffy")``): source ("oracle" or a demonstrations JSONL path), traces_per_group, gamma,
+        min_reward, max_turns (the oracle's). OPD (``algorithm="opd"``): model (a model with the
+        policy's tokenizer) or endpoint (an http(s):// OpenAI-compatible URL, with
+        endpoint_model and endpoint_api_key_env), reward_weight."""
         return self._set("teacher", **kwargs)
 
     def sft(self, **kwargs) -> "RTIConfig":
@@ -483,6 +496,8 @@ class RTIConfig:
         problems += _intervention_problems(c["interventions"])
         if t["algorithm"] == "luffy" and ok("teacher", "source", "traces_per_group") and ok("training", "group_size"):
             problems += _teacher_problems(c["teacher"], t["group_size"])
+        if t["algorithm"] == "opd" and ok("teacher", "model", "endpoint", "endpoint_api_key_env"):
+            problems += _distillation_teacher_problems(c["teacher"])
         if not problems and available_cpus is not None:
             need = (r["num_env_runners"] * r["num_cpus_per_env_runner"] + r["num_engines"] * r["num_cpus_per_engine"]
                     + lr["num_learners"] * lr["num_cpus_per_learner"])
@@ -496,7 +511,8 @@ class RTIConfig:
         if not problems and available_gpus is not None:
             role_model = c["interventions"]["roles"] not in ("self", "rules") and not str(
                 c["interventions"]["roles"]).startswith(("http://", "https://")) and t["algorithm"] == "rti"
-            engines = r["num_engines"] + int(role_model)
+            teacher_model = t["algorithm"] == "opd" and c["teacher"]["model"] is not None
+            engines = r["num_engines"] + int(role_model) + int(teacher_model)
             need = engines * r["num_gpus_per_engine"] + lr["num_learners"] * lr["num_gpus_per_learner"]
             if need > available_gpus + 1e-9:
                 problems.append(
@@ -594,21 +610,50 @@ def _intervention_problems(iv: dict) -> list[str]:
         problems.append(f"interventions(roles={_shown(roles)}) must be 'self', 'rules' (the env's rti_rules() hook), "
                         "a local model folder, a Hugging Face hub id ('org/name') or an http(s):// URL")
     elif roles.startswith(("http://", "https://")):
-        key_env = iv["endpoint_api_key_env"]
-        if _is_env_name(key_env) and os.environ.get(key_env) and not key_may_go_to(roles):
-            problems.append(f"interventions(roles={roles!r}) is not https and not a loopback host, so the key in "
-                            f"${key_env} (interventions(endpoint_api_key_env=...)) would cross the network "
-                            "unencrypted: use https://, or point endpoint_api_key_env at an unset variable if the "
-                            "server needs no key")
-    elif roles not in ("self", "rules"):
-        # a hub id is checked by its shape only (nothing is downloaded here); build's load_model
-        # resolves it and turns a failure into a ConfigError naming this option
-        path = Path(roles).expanduser()
-        if roles not in BUILTIN_MODELS and not is_model_folder(path) and not (is_hub_id(roles) and not path.exists()):
-            problems.append(f"interventions(roles={roles!r}): not 'self', 'rules', an http(s):// endpoint, a built-in "
-                            f"model {sorted(BUILTIN_MODELS)}, a local model folder with config.json or a Hugging "
-                            "Face hub id ('org/name')")
+        problems += _endpoint_key_problems("interventions", "roles", roles, iv["endpoint_api_key_env"])
+    elif roles not in ("self", "rules") and not _names_a_model(roles):
+        problems.append(f"interventions(roles={roles!r}): not 'self', 'rules', an http(s):// endpoint, a built-in "
+                        f"model {sorted(BUILTIN_MODELS)}, a local model folder with config.json or a Hugging "
+                        "Face hub id ('org/name')")
     return problems
+
+
+def _endpoint_key_problems(section: str, option: str, url: str, key_env) -> list[str]:
+    """An endpoint's key (read from ``key_env``) goes only over https or to a loopback host."""
+    if _is_env_name(key_env) and os.environ.get(key_env) and not key_may_go_to(url):
+        return [f"{section}({option}={url!r}) is not https and not a loopback host, so the key in ${key_env} "
+                f"({section}(endpoint_api_key_env=...)) would cross the network unencrypted: use https://, or point "
+                "endpoint_api_key_env at an unset variable if the server needs no key"]
+    return []
+
+
+def _names_a_model(name: str) -> bool:
+    """A built-in model, a local model folder or the shape of a hub id ('org/name'). A hub id is
+    checked by its shape only (nothing is downloaded here); build's load_model resolves it and
+    turns a failure into a ConfigError naming the option."""
+    path = Path(name).expanduser()
+    return name in BUILTIN_MODELS or is_model_folder(path) or (is_hub_id(name) and not path.exists())
+
+
+def _distillation_teacher_problems(te: dict) -> list[str]:
+    """OPD's teacher: exactly one of a model and an endpoint (whether its tokenizer is the
+    policy's is build's check: it reads both tokenizers, or asks the endpoint)."""
+    model, endpoint = te["model"], te["endpoint"]
+    if model is None and endpoint is None:
+        return ["training(algorithm='opd') needs a teacher to score the student's tokens: set "
+                "teacher(model=<a model folder, built-in name or hub id with the policy's tokenizer>) or "
+                "teacher(endpoint='https://<host>/v1') (an OpenAI-compatible server that returns prompt log-probs)"]
+    if model is not None and endpoint is not None:
+        return [f"teacher(model={_shown(str(model))}, endpoint={endpoint!r}): give one teacher, a model or an endpoint"]
+    if endpoint is not None:
+        if not endpoint.startswith(("http://", "https://")):
+            return [f"teacher(endpoint={endpoint!r}) must be an http(s):// URL of an OpenAI-compatible server, "
+                    "e.g. 'https://host/v1'; a local model goes in teacher(model=...)"]
+        return _endpoint_key_problems("teacher", "endpoint", endpoint, te["endpoint_api_key_env"])
+    if not _names_a_model(str(model)):
+        return [f"teacher(model={_shown(str(model))}): not a built-in model {sorted(BUILTIN_MODELS)}, a local model "
+                "folder with config.json or a Hugging Face hub id ('org/name')"]
+    return []
 
 
 def _teacher_problems(te: dict, group_size: int) -> list[str]:

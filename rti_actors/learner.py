@@ -64,10 +64,11 @@ DEFAULTS = {
 OBJECTIVES = ALGORITHMS + ("sft",)  # per update: "sft" trains on demonstrations (cross-entropy)
 
 
-# What update() checks and reads: policy_version is bookkeeping the loss never looks at, and
-# off_policy (LUFFY's teacher traces) is False when absent, so hand-built samples (tests, SFT
-# demonstrations) may leave both out.
-SAMPLE_KEYS = tuple(k for k in LearnerSample.__annotations__ if k not in ("policy_version", "off_policy"))
+# What update() checks and reads: policy_version is bookkeeping the loss never looks at,
+# off_policy (LUFFY's teacher traces) is False and token_advantages (OPD's) None when absent, so
+# hand-built samples (tests, SFT demonstrations) may leave them out.
+OPTIONAL_KEYS = ("policy_version", "off_policy", "token_advantages")
+SAMPLE_KEYS = tuple(k for k in LearnerSample.__annotations__ if k not in OPTIONAL_KEYS)
 # fp16 is left out on purpose: it needs loss scaling, which the torch loop does not do.
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 _CHECKPOINT_TAG = "learner"
@@ -132,7 +133,8 @@ def check_samples(samples: list[dict]) -> None:
         if missing:
             raise ValueError(f"sample {k} lacks {missing}; each sample needs {list(SAMPLE_KEYS)}")
         n = len(s["ids"])
-        bad = [key for key in ("loss_mask", "behaviour_logprobs", "token_weight") if len(s[key]) != n]
+        bad = [key for key in ("loss_mask", "behaviour_logprobs", "token_weight", "token_advantages")
+               if s.get(key) is not None and len(s[key]) != n]
         if bad:
             raise ValueError(f"sample {k}: {bad} must have one entry per id ({n} ids)")
         if n and s["loss_mask"][0]:
@@ -336,8 +338,9 @@ class Learner:
     def _row_tensors(self, samples: list[dict], row: Row) -> dict:
         """The row's lines as [lines, width] tensors, right-padded: token ids, position ids (a
         segment's restart at its start in the sample), loss mask, behaviour log-probs, token
-        weights, each token's advantage and sequence index (for GSPO), whether it is a teacher's
-        (LUFFY), and the spans the attention needs (offset and length of each segment in its line)."""
+        weights, each token's advantage (the sample's, or OPD's per token) and sequence index (for
+        GSPO), whether it is a teacher's (LUFFY), and the spans the attention needs (offset and
+        length of each segment in its line)."""
         n, width = len(row.lines), row.width
         ids = torch.full((n, width), self.pad_id, dtype=torch.long)
         pos = torch.arange(width, dtype=torch.long).repeat(n, 1)
@@ -355,7 +358,9 @@ class Learner:
                 mask[i, sl] = torch.tensor(s["loss_mask"][seg.start:], dtype=torch.bool)
                 blp[i, sl] = torch.tensor(s["behaviour_logprobs"][seg.start:], dtype=torch.float32)
                 tw[i, sl] = torch.tensor(s["token_weight"][seg.start:], dtype=torch.float32)
-                adv[i, sl] = float(s["advantage"])
+                token_adv = s.get("token_advantages")
+                adv[i, sl] = (float(s["advantage"]) if token_adv is None
+                              else torch.tensor(token_adv[seg.start:], dtype=torch.float32))
                 off[i, sl] = bool(s.get("off_policy", False))
                 seq[i, sl] = k
                 line_spans.append((at, seg.length))
@@ -705,8 +710,10 @@ ZERO_ADVANTAGE = 1e-5
 
 
 def has_advantage(group: list[LearnerSample]) -> bool:
-    """True when some sample of the group has a non-zero advantage (rewards differed)."""
-    return any(abs(s["advantage"]) > ZERO_ADVANTAGE for s in group)
+    """True when some sample of the group has a non-zero advantage (rewards differed; with
+    OPD's per-token advantages, some token's is non-zero: the teacher disagreed somewhere)."""
+    return any(abs(s["advantage"]) > ZERO_ADVANTAGE if s.get("token_advantages") is None
+               else any(abs(a) > ZERO_ADVANTAGE for a in s["token_advantages"]) for s in group)
 
 
 def pull(queue, max_groups: int, current_version: int, skip_zero_variance: bool) -> tuple[list, dict]:

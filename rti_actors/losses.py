@@ -1,5 +1,9 @@
 """Losses of the learner: token log-probs, GRPO (PPO-clip), GSPO, LUFFY and SFT (warm start).
 
+OPD has no loss of its own: ``grpo_loss`` with one advantage per token ([batch, length], the
+negated reverse KL to the teacher, ``rti_actors.opd``), PPO's importance ratio and clip kept,
+as the on-policy distillation recipe of Thinking Machines (Lu et al., 2025) trains it.
+
 Pure torch. Every tensor is ``[batch, length]`` and aligned with the token ids: position
 ``t`` holds the quantity for token ``t``, predicted from position ``t - 1`` (position 0 never
 has loss). ``mask`` is the loss mask (1 only on policy-generated tokens).
@@ -79,7 +83,8 @@ def grpo_loss(logp: torch.Tensor, behaviour_logp: torch.Tensor, advantages: torc
               num_tokens: float | None = None) -> tuple[torch.Tensor, dict]:
     """PPO-clip per token, token-mean over all loss tokens of the (global) batch.
 
-    ratio_t = exp(logp_t - behaviour_logp_t); A_t = advantage_seq * token_weight_t;
+    ratio_t = exp(logp_t - behaviour_logp_t); A_t = advantage_seq * token_weight_t (``advantages``
+    [batch], or [batch, length] with one per token: packed rows, OPD);
     loss = sum over loss tokens of -min(ratio_t A_t, clip(ratio_t, 1 - eps, 1 + eps) A_t),
     divided by ``num_tokens`` (default: this batch's loss tokens).
     """

@@ -25,7 +25,7 @@ class Reporter:
     # accepted them against their PPL under the weights of each later iteration.
     PANELS = (("reward_mean",), ("success_rate",), ("frac_zero_variance_groups",), ("learner/loss",),
               ("pre_intervention_pass_at_G", "pass_at_G"), ("rti/accepted", "rti/continuation_success"),
-              ("rti/mean_ppl_accepted",), ("rti/ppl_fixes_at_gate", "rti/ppl_fixes_now"))
+              ("rti/mean_ppl_accepted",), ("rti/ppl_fixes_at_gate", "rti/ppl_fixes_now"), ("opd/reverse_kl",))
 
     def __init__(self, run_dir: Path, tensorboard: bool = True):
         self.run_dir = Path(run_dir)
@@ -123,20 +123,23 @@ def rti_funnel(m: dict) -> str:
 
 def progress_line(m: dict) -> str:
     """One line per training iteration for scripts: rewards, the groups that could teach,
-    the learner step (or why there was none), RTI's funnel when it ran, recoveries from
-    crashes, and the time."""
+    the learner step (or why there was none), RTI's funnel when it ran, OPD's reverse KL,
+    recoveries from crashes, and the time."""
     learn = m["learner"]
     if learn.get("nonfinite"):
         loss = "no update (non-finite loss or gradient: step skipped, weights kept)"
     else:
         loss = "no update (all groups zero-variance)" if learn.get("skipped") else f"loss {learn['loss']:+.4f}"
     rti = f"  rti: {rti_funnel(m)}" if "rti/triggered_groups" in m else ""
+    # OPD: how far the student still is from the teacher, and what asking the teacher cost
+    opd = (f"  opd: reverse KL {m['opd/reverse_kl']:.4f}/token, teacher {m['opd/teacher_seconds']:.1f}s"
+           if "opd/reverse_kl" in m else "")
     faults = {k.split("/", 1)[1]: v for k, v in m.items()
               if k.startswith(("faults/restarts/", "faults/dead/", "faults/redone/")) and v}
     crashes = ("  faults (run so far): " + ", ".join(f"{k} {v}" for k, v in faults.items())) if faults else ""
     return (f"iter {m['iteration']:3d}  reward {m['reward_mean']:.3f}  success {m['success_rate']:.3f}  "
             f"all-fail groups {m['frac_all_fail_groups']:.2f}  turns {m['turns_mean']:.1f}  {loss}  "
-            f"{sum(m['seconds'].values()):.0f}s{rti}{crashes}")
+            f"{sum(m['seconds'].values()):.0f}s{rti}{opd}{crashes}")
 
 
 def sft_line(s: dict) -> str:

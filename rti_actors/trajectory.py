@@ -70,6 +70,9 @@ class Trajectory:
     drift: dict | None = None  # renderer drift check (debugging(check_drift=True))
     # set by the driver
     advantage: float = 0.0
+    # OPD: one advantage per token, aligned with ids (0 off the loss mask); None: ``advantage``
+    # applies to every loss token
+    token_advantages: list[float] | None = None
     # LUFFY: a teacher's trace in the group (not sampled by the policy; no behaviour log-probs)
     off_policy: bool = False
     # RTI: set on a trajectory continued from a corrected step
@@ -111,8 +114,9 @@ class LearnerSample(TypedDict):
     ``token_weight`` scales each token's advantage (1 except for RTI's reweighted tokens);
     ``advantage`` is the trajectory's group-normalised advantage; ``policy_version`` is the
     weights version that sampled it; ``off_policy`` marks a teacher's trace (LUFFY), whose
-    tokens the learner trains with the shaped objective instead of the clipped ratio.
-    Plain dicts, so they cross the object store cheaply.
+    tokens the learner trains with the shaped objective instead of the clipped ratio;
+    ``token_advantages`` (OPD), when not None, is one advantage per id and replaces
+    ``advantage`` token by token. Plain dicts, so they cross the object store cheaply.
     """
 
     ids: list[int]
@@ -122,9 +126,10 @@ class LearnerSample(TypedDict):
     advantage: float
     policy_version: int
     off_policy: bool
+    token_advantages: list[float] | None
 
 
 def learner_sample(t: Trajectory) -> LearnerSample:
     return LearnerSample(ids=t.ids, loss_mask=t.loss_mask, behaviour_logprobs=t.logprobs,
                          token_weight=t.token_weight, advantage=t.advantage, policy_version=t.policy_version,
-                         off_policy=t.off_policy)
+                         off_policy=t.off_policy, token_advantages=t.token_advantages)

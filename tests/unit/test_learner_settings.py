@@ -82,7 +82,8 @@ def test_learner_rejects_bad_gspo_clip_before_loading_a_model():
 
 
 def test_sample_keys_follow_learner_sample():
-    assert set(SAMPLE_KEYS) == set(LearnerSample.__annotations__) - {"policy_version", "off_policy"}
+    assert set(SAMPLE_KEYS) == set(LearnerSample.__annotations__) - {"policy_version", "off_policy",
+                                                                     "token_advantages"}
 
 
 class _Queue:
