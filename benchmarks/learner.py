@@ -32,7 +32,10 @@ Results to expect (SmolLM2-135M, fp32, 2 AVX2 cores, 1 group x 4 Navigation roll
 tokens): about 30 tokens/s whatever the layout. Attention is most of a step at these lengths
 (PyTorch's CPU flash kernel runs at roughly two thirds of a matmul's speed), so sharing the
 opening (13 % of the positions) gains a few percent, within this machine's run-to-run noise of
-about 10 %; packing changes nothing when every sample fills a row alone.
+about 10 %; packing changes nothing when every sample fills a row alone. LoRA (rank 16, every
+linear layer) runs at about 42 tokens/s, a third faster than the full fine-tune: the frozen
+matrices need no weight gradient and no optimiser step. The peak memory of these 26K-token
+steps (about 18 GiB) is activations, which LoRA does not shrink.
 """
 
 from __future__ import annotations

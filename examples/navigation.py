@@ -11,12 +11,14 @@
         --engine vllm --num-engines 4 --num-env-runners 16 --iterations 200 --tasks-per-iteration 32 --gpu
 
     # warm start first: SFT on oracle demonstrations of easy training tasks, evaluate, then
-    # RL from the warm-started policy. The two-stage SmolLM2 recipe, resumable, with its
-    # sizes for a 2-core CPU (scripts/warm_start.sh; the policies land in
-    # runs/warm_start-navigation/stage{1,2}-policy). With 160 + 100 demonstrations it took
-    # greedy p@1 on the first 35 test tasks from 0 to 11.4.
+    # RL from the warm-started policy. The SmolLM2 recipe in hour-sized parts, each a LoRA
+    # adapter kept under results/navigation-cpu/warm_start (scripts/warm_start.sh; the policy
+    # lands in runs/warm_start-navigation/policy). A full fine-tune on 160 + 100
+    # demonstrations took greedy p@1 on the first 35 test tasks from 0 to 11.4.
     bash scripts/warm_start.sh navigation
-    python examples/navigation.py --model runs/warm_start-navigation/stage2-policy --language en \
+    # one part of it by hand: a rank-8 adapter on 24 demonstrations, skipping the first 24
+    python examples/navigation.py --warmup-sft 24 --sft-first 24 --lora-rank 8 --sft-lr 2e-4 --iterations 0 ...
+    python examples/navigation.py --model runs/warm_start-navigation/policy --language en \
         --page-size 3 --poi-extensions base --max-model-len 8192 --max-new-tokens 320 --max-turns 14
 
     # LUFFY: one of each group's G samples is the scripted oracle's successful trace
@@ -60,10 +62,13 @@ def build_config(args) -> RTIConfig:
                       tasks_per_iteration=args.tasks_per_iteration, lr=args.lr)
             .learners(backend=args.learner_backend, zero_stage=args.zero_stage,
                       num_gpus_per_learner=1 if args.gpu else 0, dtype="bfloat16" if args.gpu else args.learner_dtype,
-                      share_prefix=args.share_prefix, pack_sequences=args.pack_sequences)
+                      share_prefix=args.share_prefix, pack_sequences=args.pack_sequences,
+                      lora={"r": args.lora_rank} if args.lora_rank else None)
             # LUFFY (--algorithm luffy): the env's oracle is the teacher; it needs more turns than
-            # the policy gets (11 to 23), as the warm start's demonstrations do
-            .teacher(source="oracle", max_turns=30)
+            # the policy gets (11 to 23), as the warm start's demonstrations do. OPD (--algorithm
+            # opd): a model or an endpoint scores the policy's own tokens
+            .teacher(source="oracle", max_turns=30, model=args.teacher_model, endpoint=args.teacher_endpoint,
+                     endpoint_model=args.teacher_endpoint_model, reward_weight=args.opd_reward_weight)
             .sft(lr=args.sft_lr, epochs=args.sft_epochs, batch_size=args.sft_batch_size,
                  checkpoint_every=args.sft_checkpoint_every)
             .evaluation(num_samples=args.eval_samples, num_tasks=args.eval_tasks, temperature=args.eval_temperature)
@@ -72,8 +77,17 @@ def build_config(args) -> RTIConfig:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--algorithm", default="grpo", choices=["grpo", "gspo", "rti", "luffy"],
-                    help="luffy: the Navigation oracle's traces join each group (docs/ALGORITHM.md)")
+    ap.add_argument("--algorithm", default="grpo", choices=["grpo", "gspo", "rti", "luffy", "opd"],
+                    help="luffy: the Navigation oracle's traces join each group; opd: a teacher (--teacher-model or "
+                         "--teacher-endpoint) scores the policy's tokens (docs/ALGORITHM.md)")
+    ap.add_argument("--teacher-model", default=None, metavar="DIR",
+                    help="opd: the teacher, a model folder (or built-in name) with the policy's tokenizer")
+    ap.add_argument("--teacher-endpoint", default=None, metavar="URL",
+                    help="opd: the teacher behind an OpenAI-compatible server that echoes prompt log-probs "
+                         "(key from $RTI_TEACHER_API_KEY)")
+    ap.add_argument("--teacher-endpoint-model", default="default", help="opd: the model name the endpoint serves")
+    ap.add_argument("--opd-reward-weight", type=float, default=0.0,
+                    help="opd: weight of the env reward's advantage beside the reverse KL (0: pure distillation)")
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--engine", default="vllm", choices=["vllm", "hf"])
     ap.add_argument("--language", default="zh", choices=["zh", "en"])
@@ -89,6 +103,8 @@ def main(argv=None):
     ap.add_argument("--share-prefix", action="store_true",
                     help="the learner runs a group's common opening once (exact; docs/ARCHITECTURE.md)")
     ap.add_argument("--pack-sequences", action="store_true", help="the learner packs samples end to end (exact)")
+    ap.add_argument("--lora-rank", type=int, default=0, metavar="R",
+                    help="train rank-R LoRA adapters instead of every weight (0: full fine-tune)")
     ap.add_argument("--learner-dtype", default=None, choices=["float32", "bfloat16"],
                     help="default: bf16 on GPU, fp32 on CPU (bf16 autocast is ~1.7x faster on a CPU with AMX)")
     ap.add_argument("--page-size", type=int, default=10, help="POIs per search result (3 suits a 135M model's context)")
@@ -102,6 +118,8 @@ def main(argv=None):
     ap.add_argument("--eval-temperature", type=float, default=None, help="default: the rollout temperature")
     ap.add_argument("--no-base-eval", action="store_true",
                     help="skip the base row (e.g. when --model is a policy already evaluated in an earlier run)")
+    ap.add_argument("--no-sft-eval", action="store_true",
+                    help="skip the row after the warm start (a warm start in parts evaluates its last part only)")
     ap.add_argument("--record-eval", action="store_true",
                     help="write every evaluation rollout to <run dir>/eval-<row>.jsonl (demonstration format)")
     ap.add_argument("--run-name", default=None)
@@ -109,6 +127,8 @@ def main(argv=None):
     ap.add_argument("--warmup-sft", type=int, default=0, metavar="N",
                     help="before RL, SFT on N oracle demonstrations from the training split's easy slice")
     ap.add_argument("--sft-max-waypoints", type=int, default=4, help="easy slice: at most this many waypoints")
+    ap.add_argument("--sft-first", type=int, default=0, metavar="K",
+                    help="skip the easy slice's first K tasks (a warm start in parts: each part its own demonstrations)")
     ap.add_argument("--sft-max-level", type=int, default=4, help="easy slice: ordering level at most this (0..4)")
     ap.add_argument("--sft-epochs", type=int, default=2)
     ap.add_argument("--sft-lr", type=float, default=1e-5)
@@ -143,11 +163,12 @@ def oracle_demonstrations(args) -> list[dict]:
     env = make_env("Navigation-v0", {**env_config(args), "split": "train"}).unwrapped
     easy = [t for t in env.task_ids("train") if env.difficulty(t)["waypoints"] <= args.sft_max_waypoints
             and env.difficulty(t)["level"] <= args.sft_max_level]
-    if len(easy) < args.warmup_sft:
-        raise SystemExit(f"--warmup-sft {args.warmup_sft}: the easy slice has only {len(easy)} training tasks; "
-                         "raise --sft-max-waypoints / --sft-max-level or ask for fewer")
+    if len(easy) < args.sft_first + args.warmup_sft:
+        raise SystemExit(f"--sft-first {args.sft_first} --warmup-sft {args.warmup_sft}: the easy slice has only "
+                         f"{len(easy)} training tasks; raise --sft-max-waypoints / --sft-max-level or ask for fewer")
     # the env as the policy will see it (same tool outputs), but room for the oracle's turns
-    return record_agent("Navigation-v0", {**env_config(args), "max_turns": 30}, easy[:args.warmup_sft])
+    part = easy[args.sft_first:args.sft_first + args.warmup_sft]
+    return record_agent("Navigation-v0", {**env_config(args), "max_turns": 30}, part)
 
 
 def run(algo, args):
@@ -156,7 +177,8 @@ def run(algo, args):
     if args.warmup_sft:
         if algo.iteration == 0:  # a resumed run's checkpoint holds the warm start already
             print(sft_line(algo.pretrain_sft(oracle_demonstrations(args))), flush=True)
-        rows["SFT warm start"] = evaluate_once(algo, "sft", record_path=rec("sft"))
+        if not args.no_sft_eval:
+            rows["SFT warm start"] = evaluate_once(algo, "sft", record_path=rec("sft"))
     for _ in range(args.iterations - algo.iteration):
         print(progress_line(algo.train()), flush=True)
     if args.iterations:

@@ -22,6 +22,8 @@ without a model, so the run config's validation can call it cheaply.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 ALL_LINEAR = "all-linear"
 DEFAULTS = {"r": 8, "alpha": None, "target_modules": ALL_LINEAR, "dropout": 0.0}
 _PEFT_PREFIX = "base_model.model."  # where PeftModel puts the wrapped model's parameter names
@@ -190,3 +192,22 @@ def merged_weights(model):
                 if adapter in layer.lora_A:
                     merged = merged + layer.get_delta_weight(adapter).to(torch.float32)
             yield base, merged.to(p.dtype)
+
+
+def merge_adapter(base: str, adapter: str, out: str, dtype: str = "float32") -> str:
+    """Write ``out``: the model folder ``base`` with the peft adapter folder ``adapter``
+    merged in, a plain HF folder as ``export_hf`` writes it (the same sums, so the same
+    bits for an adapter that learner trained on ``base`` in ``dtype``). A policy kept as
+    its small adapter is rebuilt with it; the adapter is copied to ``out/adapter``."""
+    import shutil
+
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base, dtype=getattr(torch, dtype)), adapter)
+    weights = dict(merged_weights(model))
+    model.get_base_model().save_pretrained(out, state_dict=weights)
+    AutoTokenizer.from_pretrained(base).save_pretrained(out)
+    shutil.copytree(adapter, Path(out) / "adapter", dirs_exist_ok=True)
+    return str(out)

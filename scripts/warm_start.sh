@@ -1,44 +1,75 @@
 #!/usr/bin/env bash
-# The two-stage Navigation warm start of SmolLM2, resumable: record oracle demonstrations,
-# SFT with a checkpoint every few steps, evaluate, export the policy; stage 2 starts from
-# stage 1's export. Run the same command again after an interruption: a finished stage is
-# skipped, an unfinished one resumes from its newest checkpoint.
+# The Navigation warm start of SmolLM2 in parts, resumable across machines: each part records
+# its oracle demonstrations and trains a rank-8 LoRA adapter on the previous part's policy
+# (SFT, a checkpoint every few steps). Its adapter is kept in ADAPTERS in bf16 (5 MB) and the
+# part's policy is always the previous one with that kept adapter merged in, so a later call
+# on a fresh machine rebuilds the finished parts in seconds, exactly, and trains only the
+# rest. The last part's policy is evaluated (greedy, first 35 test tasks).
 #   bash scripts/warm_start.sh navigation [OUT_DIR]     # default OUT_DIR: runs/warm_start-navigation
-#   WARM_START_STAGES=1 bash scripts/warm_start.sh navigation   # stop after stage 1
-# The policies are OUT_DIR/stage1-policy and OUT_DIR/stage2-policy (plain HF folders: --model DIR).
-# Sized for a 2-core CPU (96 + 48 demonstrations of ~4.6K and ~6K tokens); a machine with
-# more compute can raise both counts (160 + 100 took greedy p@1 on 35 test tasks 0 -> 11.4).
+#   WARM_START_PARTS=2 bash scripts/warm_start.sh navigation   # stop after the first two parts
+# The final policy is OUT_DIR/policy (a plain HF folder: --model DIR). The parts split the
+# two-stage recipe (96 demonstrations of <= 4 waypoints, ~4.6K tokens, 2 per step; then 48 of
+# <= 6 waypoints, ~6K tokens, 1 per step) into pieces of under an hour on 2 CPU cores each;
+# the optimiser starts afresh with each part's adapter.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ENV_NAME="${1:-navigation}"
 OUT="${2:-runs/warm_start-$ENV_NAME}"
+ADAPTERS="${WARM_START_ADAPTERS:-results/navigation-cpu/warm_start}"
 [ "$ENV_NAME" = navigation ] || { echo "warm_start.sh: only 'navigation' has a recipe" >&2; exit 2; }
 bash scripts/setup.sh
 source "${RTI_VENV:-.venv}/bin/activate"
 source scripts/cpu_env.sh
+mkdir -p "$OUT" "$ADAPTERS"
 # bf16 only where the CPU computes it natively (AMX or AVX-512 BF16); elsewhere it is emulated,
-# far slower than fp32
+# far slower than fp32. The adapters are merged in the learner's dtype.
 DTYPE=float32
 if [ -z "${RTI_NO_BF16:-}" ] && grep -qE 'amx_bf16|avx512_bf16' /proc/cpuinfo; then DTYPE=bfloat16; fi
 COMMON=(--language en --page-size 3 --poi-extensions base --max-model-len 8192 --max-new-tokens 320
-        --max-turns 14 --learner-backend torch --learner-dtype "$DTYPE" --share-prefix --pack-sequences
-        --sft-epochs 1 --sft-lr 5e-5 --sft-checkpoint-every 10 --checkpoint-keep 2
+        --max-turns 14 --learner-backend torch --learner-dtype "$DTYPE" --lora-rank 8 --share-prefix --pack-sequences
+        --sft-epochs 1 --sft-lr 2e-4 --sft-checkpoint-every 4 --checkpoint-keep 2
         --eval-tasks 35 --eval-samples 1 --eval-temperature 0 --iterations 0 --run-dir "$OUT")
+#     name    first  count  max waypoints  batch
+PARTS=("stage1a  0 24 4 2" "stage1b 24 24 4 2" "stage1c 48 24 4 2" "stage1d 72 24 4 2"
+       "stage2a  0 24 6 1" "stage2b 24 24 6 1")
 
-stage() {  # stage NAME ARGS...: skipped when its export is complete, resumed when its run exists
-    local name=$1; shift
-    local policy="$OUT/$name-policy"
-    if [ -f "$policy/.complete" ]; then echo "$name: done ($policy)"; return; fi
-    local resume=()
-    [ -d "$OUT/$name" ] && resume=(--resume "$OUT/$name")
-    rm -rf "$policy"  # an export that was cut short
-    python examples/navigation.py "${COMMON[@]}" --run-name "$name" "${resume[@]}" "$@" --export-policy "$policy"
-    touch "$policy/.complete"
+merge() {  # merge BASE ADAPTER OUT: the policy folder OUT, marked complete
+    python -c "import sys; from rti_actors.lora import merge_adapter; merge_adapter(*sys.argv[1:4], dtype=sys.argv[4])" \
+        "$1" "$2" "$3" "$DTYPE"
+    touch "$3/.complete"
 }
-START=$(date +%s)
-stage stage1 --no-base-eval --warmup-sft "${STAGE1_DEMOS:-96}" --sft-max-waypoints 4 --sft-batch-size 2
-if [ "${WARM_START_STAGES:-2}" -ge 2 ]; then
-    stage stage2 --model "$OUT/stage1-policy" --no-base-eval --warmup-sft "${STAGE2_DEMOS:-48}" --sft-max-waypoints 6 \
-        --sft-batch-size 1
+PREV=$(python -c "from policies.models import load_model; print(load_model('smollm2-135m-instruct'))")
+DONE=0
+for spec in "${PARTS[@]}"; do
+    read -r name first count waypoints batch <<< "$spec"
+    policy="$OUT/$name-policy" kept="$ADAPTERS/$name"
+    if [ -f "$policy/.complete" ]; then
+        echo "$name: done ($policy)"
+    elif [ -f "$kept/adapter_model.safetensors" ]; then
+        rm -rf "$policy"
+        merge "$PREV" "$kept" "$policy"
+        echo "$name: rebuilt from its kept adapter ($kept)"
+    else
+        [ "${WARM_START_PARTS:-${#PARTS[@]}}" -gt "$DONE" ] || { echo "warm start: stopped after $DONE parts"; exit 0; }
+        resume=()  # from the newest checkpoint; a run killed before its first one starts again
+        if compgen -G "$OUT/$name/checkpoints/*" > /dev/null; then resume=(--resume "$OUT/$name"); else rm -rf "$OUT/$name"; fi
+        rm -rf "$policy"  # an export that was cut short
+        start=$(date +%s)
+        python examples/navigation.py "${COMMON[@]}" --model "$PREV" --run-name "$name" "${resume[@]}" --no-base-eval \
+            --no-sft-eval --warmup-sft "$count" --sft-first "$first" --sft-max-waypoints "$waypoints" \
+            --sft-batch-size "$batch" --export-policy "$policy"
+        echo $(( $(date +%s) - start )) >> "$OUT/$name.seconds"  # every call's share, resumes included
+        python scripts/warm_start_part.py "$OUT/$name" "$OUT/$name.seconds" "$spec" "$policy/adapter" "$kept"
+        rm -rf "$policy"  # the part's policy is the kept adapter's, as on a fresh machine
+        merge "$PREV" "$kept" "$policy"
+    fi
+    PREV="$policy" DONE=$((DONE + 1))
+done
+rm -rf "$OUT/policy" && cp -r "$PREV" "$OUT/policy"
+if [ ! -f "$ADAPTERS/eval.json" ]; then  # the last part's policy, greedy on the fixed slice
+    rm -rf "$OUT/eval"
+    python examples/navigation.py "${COMMON[@]}" --model "$OUT/policy" --run-name eval --record-eval
+    python -c "import json, sys; s = json.load(open(sys.argv[1]))['base']; s.pop('table'); print(json.dumps(s, indent=2))" \
+        "$OUT/eval/evaluations.json" > "$ADAPTERS/eval.json"
 fi
-echo "warm start: done in $OUT ($(( ($(date +%s) - START) / 60 )) min this call)"
+echo "warm start: done, policy in $OUT/policy; greedy on the first 35 test tasks: $(tr -d ' \n' < "$ADAPTERS/eval.json")"

@@ -11,7 +11,7 @@ import torch
 
 from rti_actors.config import ConfigError, RTIConfig
 from rti_actors.learner import Learner
-from rti_actors.lora import check_lora, lora_settings
+from rti_actors.lora import check_lora, lora_settings, merge_adapter
 from rti_actors.losses import token_logprobs
 from tests.samples import make_batch
 
@@ -189,6 +189,11 @@ def test_export_hf_is_a_plain_merged_model(tiny_model_path, tmp_path):
         # the adapter kept beside it, on the base model, is the same policy
         adapted = PeftModel.from_pretrained(base_model(tiny_model_path), str(tmp_path / "hf" / "adapter"))
         assert torch.allclose(adapted(input_ids=ids).logits, own, rtol=0, atol=1e-4)
+    # and merging it onto the base folder rebuilds the exported weights bit for bit
+    rebuilt = merge_adapter(tiny_model_path, str(tmp_path / "hf" / "adapter"), str(tmp_path / "rebuilt"))
+    rebuilt_named = dict(AutoModelForCausalLM.from_pretrained(rebuilt, dtype=torch.float32).named_parameters())
+    assert list(rebuilt_named) == list(weights)
+    assert all(torch.equal(rebuilt_named[k].detach(), v) for k, v in weights.items())
     # the learner's training forward is the merged model's: on its log-probs the ratio is 1
     sample = make_batch(6, n=1)[0]
     lp = _sequence_logprobs(exported, sample, learner.config["temperature"])

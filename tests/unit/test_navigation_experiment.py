@@ -45,3 +45,33 @@ def test_report_reads_every_arm_and_bounds_pass_at_1(tmp_path):
 def test_unknown_arm_is_refused(tmp_path):
     with pytest.raises(SystemExit, match="unknown"):
         ne.main(["--arms", "grpo,ppo", "--runs", str(tmp_path), "--out", str(tmp_path)])
+
+
+def test_a_kept_arm_is_reported_and_never_run_again(tmp_path, monkeypatch):
+    # an arm's run directory, kept under --out the way a finished arm is, then the run
+    # directory gone (a fresh machine): the report still reads it, and a new call does
+    # not build the arm again
+    _run(tmp_path / "runs", "grpo", {"a": [1, 0, 0, 0]}, [{"step": 1, "success_rate": 0.25}])
+    run = tmp_path / "runs" / "grpo"
+    (run / "config.json").write_text("{}")
+    (run / "policy" / "adapter").mkdir(parents=True)
+    (run / "policy" / "adapter" / "adapter_config.json").write_text("{}")
+    out = tmp_path / "out"
+    ne.keep(run, out / ne.KEPT / "grpo")
+    assert sorted(p.name for p in (out / ne.KEPT / "grpo").iterdir()) == [
+        "adapter", "config.json", "eval-grpo-sampled.jsonl", "evaluations.json", "metrics.jsonl"]
+    import shutil
+    shutil.rmtree(tmp_path / "runs")
+    policy = tmp_path / "policy"
+    policy.mkdir()
+    (policy / "config.json").write_text("{}")
+    monkeypatch.setattr(ne, "build_resumable", lambda *a: pytest.fail("a kept arm was built again"))
+    ne.main(["--arms", "grpo", "--policy", str(policy), "--runs", str(tmp_path / "runs"), "--out", str(out)])
+    res = json.loads((out / "results.json").read_text())
+    assert res["grpo"]["heldout"]["grpo-sampled"]["p@1"] == pytest.approx(0.25)
+    assert res["grpo"]["train"] == [{"kind": "train", "step": 1, "success_rate": 0.25}]
+
+
+def test_a_missing_start_policy_says_how_to_make_it(tmp_path):
+    with pytest.raises(SystemExit, match="warm_start.sh"):
+        ne.main(["--policy", str(tmp_path / "nope"), "--runs", str(tmp_path), "--out", str(tmp_path)])

@@ -1,0 +1,58 @@
+"""A kept warm-start part: its record, read from a hand-made run directory, and its bf16
+adapter, which rebuilds the same policy folder on every machine."""
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+from warm_start_part import keep_adapter, part_record  # noqa: E402
+
+
+def test_part_record_sums_the_steps_and_every_calls_seconds(tmp_path):
+    run = tmp_path / "stage1b"
+    run.mkdir()
+    steps = [{"kind": "sft", "step": k, "loss": 2.0 - k / 2, "num_tokens": 9000 + k} for k in (1, 2, 3)]
+    rows = [{"kind": "eval", "step": 0}, *steps]  # only the SFT steps count
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (run / "config.json").write_text(json.dumps({"learners": {"lora": {"r": 8}}, "sft": {"lr": 2e-4},
+                                                 "policy": {"model": "runs/x/stage1a-policy"}}))
+    seconds = tmp_path / "stage1b.seconds"
+    seconds.write_text("1200\n2400\n")  # a call cut short, then the resumed one
+    r = part_record(run, seconds, "stage1b 32 32 4 2")
+    assert r["demonstrations"] == {"first": 32, "count": 32, "max_waypoints": 4}
+    assert (r["steps"], r["trained_tokens"], r["wall_seconds"]) == (3, 27006, 3600)
+    assert (r["loss_first"], r["loss_last"]) == (1.5, 0.5)
+    assert r["start_policy"] == "stage1a-policy" and r["learner"] == {"lora": {"r": 8}}
+
+
+def test_a_kept_adapter_rebuilds_one_policy_close_to_the_trained_one(tiny_model_path, tmp_path):
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from rti_actors.lora import merge_adapter
+
+    torch.manual_seed(0)
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32),
+                           LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05)  # a trained adapter's delta is not 0
+    model.save_pretrained(tmp_path / "trained")
+    keep_adapter(tmp_path / "trained", tmp_path / "kept")
+
+    from safetensors.torch import load_file
+    assert {v.dtype for v in load_file(tmp_path / "kept" / "adapter_model.safetensors").values()} == {torch.bfloat16}
+
+    def weights(folder):
+        return {k: v.detach() for k, v in AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).named_parameters()}
+
+    a = weights(merge_adapter(tiny_model_path, str(tmp_path / "kept"), str(tmp_path / "a")))
+    b = weights(merge_adapter(tiny_model_path, str(tmp_path / "kept"), str(tmp_path / "b")))
+    exact = weights(merge_adapter(tiny_model_path, str(tmp_path / "trained"), str(tmp_path / "exact")))
+    base = weights(tiny_model_path)
+    assert all(torch.equal(a[k], b[k]) for k in a)  # the same bits from the same kept adapter
+    moved = [k for k in a if not torch.equal(exact[k], base[k])]
+    assert moved and all(torch.allclose(a[k], exact[k], rtol=0, atol=1e-3) for k in a)  # bf16 rounding only
