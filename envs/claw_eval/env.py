@@ -21,6 +21,8 @@ env_config (besides the ``ToolEnv`` defaults):
     fault_seed       seed of the fault stream (default 0)
     own_fixtures     serve a task's own fixture file where upstream serves a default one
                      (off by default, for parity)
+    grader_fixes     opt-in fixes of known upstream defects (see ``fixes``): a list of names,
+                     "all", or a dict name -> task ids; none by default, for parity
     judge            "none" (default; refused when a selected task needs a judge), "endpoint",
                      "fn" or "stub" (see ``judge``);
                      ``judge_unreadable="zero"`` scores an unreadable verdict 0 instead
@@ -46,6 +48,7 @@ from pathlib import Path
 
 from envs.base import Task, Tool, ToolEnv, truncate_text
 from envs.claw_eval.data import find_data_dir
+from envs.claw_eval.fixes import GraderFixes
 from envs.claw_eval.grading import ClawGradingError, GradingError, dispatch_text, grade_episode
 from envs.claw_eval.judge import STUB_LABEL, make_judge
 from envs.claw_eval.mock import Clock, ServiceHost
@@ -86,6 +89,7 @@ class ClawEvalEnv(ToolEnv):
         "fault_rate": 0.0,
         "fault_seed": 0,
         "own_fixtures": False,
+        "grader_fixes": None,
         "judge": "none",
         "judge_fn": None,
         "judge_name": None,
@@ -102,6 +106,7 @@ class ClawEvalEnv(ToolEnv):
         Clock(cfg["clock"])  # validates the mode here rather than at the first reset
         if not 0.0 <= float(cfg["fault_rate"]) < 1.0:
             raise ClawEvalConfigError(f"fault_rate must be in [0, 1), got {cfg['fault_rate']}")
+        self.fixes = GraderFixes.parse(cfg["grader_fixes"])
         self.data_dir = find_data_dir(cfg["data_dir"])
         self.all_tasks = _tasks_at(str(self.data_dir))
         self._by_split = {
@@ -140,7 +145,8 @@ class ClawEvalEnv(ToolEnv):
         # a fresh host per episode: every env instance and every episode owns its state
         self.host = ServiceHost(claw, self.data_dir, SERVICES, clock=Clock(self.config["clock"]),
                                 fault_rate=float(self.config["fault_rate"]), fault_seed=int(self.config["fault_seed"]),
-                                own_fixtures=bool(self.config["own_fixtures"]))
+                                own_fixtures=bool(self.config["own_fixtures"]),
+                                fixes=frozenset(self.fixes.applied(task_id)))
         self.config["max_turns"] = self._turn_limit or claw.max_turns
         self._started = time.monotonic()
         self.last_grade = None
@@ -152,7 +158,7 @@ class ClawEvalEnv(ToolEnv):
         unreadable = self.judge.unreadable if self.judge else 0
         try:
             grade = grade_episode(self.claw, self.data_dir, self.messages, self.host.dispatches,
-                                  self.host.audit_data(), self.judge)
+                                  self.host.audit_data(), self.judge, self.fixes)
         except ClawGradingError as exc:
             self.grading_errors.append(exc.record)
             raise
@@ -162,6 +168,7 @@ class ClawEvalEnv(ToolEnv):
                      "score": grade.score, "passed": grade.passed, "progress": grade.safety * grade.completion,
                      "judge": self.judge_label(), "statuses": dict(sorted(statuses.items())),
                      "faults": sum(1 for d in self.host.dispatches if d.fault),
+                     "grader_fixes": self.fixes.applied(self.claw.task_id),
                      "judge_unreadable": (self.judge.unreadable if self.judge else 0) - unreadable}
         return (1.0 if grade.passed else 0.0), breakdown
 

@@ -32,6 +32,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from envs.base import InfrastructureError
+from envs.claw_eval.fixes import GraderFixes, grader_view
 from envs.claw_eval.mock import Dispatch
 from envs.claw_eval.tasks import ClawTask
 
@@ -213,8 +214,9 @@ def _unit(value: Any) -> float | None:
 
 
 def grade_episode(task: ClawTask, data_dir: Path, messages: list[dict], dispatches: list[Dispatch],
-                  audit_data: dict, judge: Any = None) -> Grade:
-    """Run the task's grader on the episode (see the module docstring)."""
+                  audit_data: dict, judge: Any = None, fixes: GraderFixes | None = None) -> Grade:
+    """Run the task's grader on the episode (see the module docstring). ``fixes``: the
+    opt-in defect fixes, applied to copies of what the grader is handed."""
     def fail(stage: str, exc: BaseException | str) -> ClawGradingError:
         return ClawGradingError(GradingError(task.task_id, stage, exc if isinstance(exc, str) else _describe(exc)))
 
@@ -226,7 +228,9 @@ def grade_episode(task: ClawTask, data_dir: Path, messages: list[dict], dispatch
         raise fail("load", exc) from exc
     failures_before = len(getattr(judge, "failures", []))
     try:
-        trace, sent = upstream_episode(pkg, messages, dispatches, f"rti-{task.task_id}")
+        view = grader_view(fixes or GraderFixes(), task.task_id, messages, dispatches, audit_data)
+        audit_data = view.audit
+        trace, sent = upstream_episode(pkg, view.messages, view.dispatches, f"rti-{task.task_id}")
         params = inspect.signature(grader.grade).parameters
         kwargs: dict[str, Any] = {"audit_data": audit_data, "judge": judge}
         if "media_events" in params:

@@ -106,11 +106,12 @@ def format_instant(when: datetime) -> str:
     return when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def route(path: str, model: type[BaseModel] | None = None) -> Callable:
+def route(path: str, model: type[BaseModel] | None = None, fix: str | None = None) -> Callable:
     """Mark a ``MockService`` method as the handler of ``POST path``; ``model`` validates
-    the body (an absent or empty body means the model's defaults, as upstream)."""
+    the body (an absent or empty body means the model's defaults, as upstream). A route
+    with ``fix`` does not exist upstream: it is served only when that opt-in fix is on."""
     def mark(fn: Callable) -> Callable:
-        fn._route = (path, model)
+        fn._route = (path, model, fix)
         return fn
     return mark
 
@@ -130,7 +131,7 @@ class MockService:
 
     def __init__(self, name: str, fixture_path: Path | None, clock: Clock, *,
                  paths: dict[str, Path] | None = None, env: dict[str, str] | None = None,
-                 data_dir: Path | None = None):
+                 data_dir: Path | None = None, fixes: frozenset[str] = frozenset()):
         self.name, self.clock = name, clock
         self.paths, self.env = dict(paths or {}), dict(env or {})
         self.data_dir = Path(data_dir) if data_dir is not None else None
@@ -139,8 +140,9 @@ class MockService:
         for klass in reversed(type(self).__mro__):
             for attr in vars(klass).values():
                 if hasattr(attr, "_route"):
-                    path, model = attr._route
-                    self.routes[path] = (attr, model)
+                    path, model, fix = attr._route
+                    if fix is None or fix in fixes:
+                        self.routes[path] = (attr, model)
         self.load(self.read(fixture_path))
 
     def read(self, fixture_path: Path | None) -> Any:
@@ -227,7 +229,7 @@ class ServiceHost:
 
     def __init__(self, task: ClawTask, data_dir: Path, registry: dict[str, type[MockService]], *,
                  clock: Clock | None = None, fault_rate: float = 0.0, fault_seed: int = 0,
-                 own_fixtures: bool = False):
+                 own_fixtures: bool = False, fixes: frozenset[str] = frozenset()):
         if not 0.0 <= fault_rate < 1.0:
             raise ValueError(f"fault_rate must be in [0, 1), got {fault_rate}")
         self.task, self.clock = task, clock or Clock()
@@ -246,7 +248,7 @@ class ServiceHost:
                     path = own if own.is_file() else path
                 paths[var] = path
             self.services[spec.name] = cls(spec.name, paths.get(cls.fixture_var), self.clock, paths=paths,
-                                           env=spec.env or {}, data_dir=Path(data_dir))
+                                           env=spec.env or {}, data_dir=Path(data_dir), fixes=frozenset(fixes))
         anchors = [a for a in (s.frozen_anchor() for s in self.services.values()) if a is not None]
         if anchors and self.clock.mode == "frozen":
             self.clock.anchor(max(anchors))

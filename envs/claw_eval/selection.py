@@ -39,7 +39,8 @@ def hard20(tasks: Sequence[ClawTask], language: str = "en", size: int = HARD20_S
     multi-service tasks; single-service tasks (one document to read, one inbox) are left
     out even when labelled hard. An error if fewer than ``size`` qualify: a partial copy
     of the data must not silently shrink the benchmark."""
-    pool = [t for t in _filter(tasks, language, None) if t.offline and len(t.services) >= 2]
+    # variants are training material, never benchmark tasks
+    pool = [t for t in _filter(tasks, language, None) if t.offline and len(t.services) >= 2 and not t.is_variant]
     pool.sort(key=lambda t: (_DIFFICULTY_RANK.get(t.difficulty, 3), -len(t.services), -len(t.tools), t.task_id))
     if len(pool) < size:
         raise ValueError(f"hard20 needs {size} offline multi-service tasks in language {language!r}, "

@@ -31,6 +31,10 @@ class ArticleId(BaseModel):
     article_id: str
 
 
+class FeedId(BaseModel):
+    feed_id: str
+
+
 class Publish(BaseModel):
     title: str
     content: str
@@ -62,6 +66,15 @@ class RSSService(MockService):
                 feed["categories"].append(a["category"])
             feed["article_count"] += 1
         return {"feeds": list(feeds.values()), "total": len(feeds)}
+
+    @route("/rss/feeds/get", FeedId, fix="missing_routes")
+    def get_feed(self, req: FeedId) -> dict:
+        # upstream's tasks expose rss_get_feed on this path, which its server lacks; a
+        # feed is an article source, as in list_feeds
+        found = [summary(a, self.SUMMARY_KEYS) for a in self.articles if a["source"] == req.feed_id]
+        if not found:
+            return missing("Feed", req.feed_id)
+        return {"feed_id": req.feed_id, "articles": found, "total": len(found)}
 
     @route("/rss/articles", ListArticles)
     def list_articles(self, req: ListArticles) -> dict:

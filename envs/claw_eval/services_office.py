@@ -260,6 +260,12 @@ class TodoService(MockService):
         self.tasks.append(task)
         return {"status": "created", "task": copy.deepcopy(task)}
 
+    @route("/todo/tasks/get", TaskId, fix="missing_routes")
+    def get_task(self, req: TaskId) -> dict:
+        # upstream's tasks expose todo_get_task on this path, which its server lacks
+        match = find(self.tasks, "task_id", req.task_id)
+        return {"task": copy.deepcopy(match)} if match else missing("Task", req.task_id)
+
     @route("/todo/tasks/delete", TaskId)
     def delete_task(self, req: TaskId) -> dict:
         match = find(self.tasks, "task_id", req.task_id)

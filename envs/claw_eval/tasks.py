@@ -52,6 +52,8 @@ DEFAULT_DIFFICULTY = "simple"
 DEFAULT_MAX_TURNS = 20
 DEFAULT_TIMEOUT_S = 300
 
+#: a training variant's id: its source's id, then VARIANT_MARK and its index (see ``variants``)
+VARIANT_MARK = "__v"
 _DIR_RE = re.compile(r"^(?P<series>[A-Z])(?P<num>\d+)(?P<zh>zh)?_(?P<family>.+)$")
 _PEER_RE = re.compile(r"""load_peer_grader\(\s*["']([^"']+)["']""")
 # A grader "needs a judge" when it calls through the judge object it is handed
@@ -132,6 +134,15 @@ class ClawTask:
     @property
     def offline(self) -> bool:
         return not self.offline_problems
+
+    @property
+    def is_variant(self) -> bool:
+        return VARIANT_MARK in self.task_id
+
+    @property
+    def base_family(self) -> str:
+        """The family without a variant's mark: the family its oracle is written for."""
+        return self.family.split(VARIANT_MARK)[0]
 
     def endpoint(self, tool_name: str) -> Endpoint | None:
         return next((e for e in self.endpoints if e.tool_name == tool_name), None)

@@ -49,7 +49,8 @@ def test_registered_and_made_through_gymnasium():
 
 def test_selection_and_family_splits():
     env = make()
-    assert env.task_ids("all") == ["T001zh_parcel_desk", "T002_parcel_desk", "T003_stock_recount", "T005_mail_digest"]
+    assert env.task_ids("all") == ["T001zh_parcel_desk", "T002_parcel_desk", "T003_stock_recount", "T005_mail_digest",
+                                   "T006_ops_handover"]
     train, test = set(env.task_ids("train")), set(env.task_ids("test"))
     assert train | test == set(env.task_ids("all")) and not train & test
     assert ({"T001zh_parcel_desk", "T002_parcel_desk"} <= train) or ({"T001zh_parcel_desk", "T002_parcel_desk"} <= test)

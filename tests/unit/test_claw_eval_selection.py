@@ -20,9 +20,9 @@ def ids(records):
 
 def test_offline_language_difficulty(tasks):
     assert ids(select_tasks(tasks)) == ["T001zh_parcel_desk", "T002_parcel_desk", "T003_stock_recount",
-                                        "T005_mail_digest"]
+                                        "T005_mail_digest", "T006_ops_handover"]
     assert ids(select_tasks(tasks, language="zh")) == ["T001zh_parcel_desk"]
-    assert ids(select_tasks(tasks, difficulty="hard")) == ["T003_stock_recount"]
+    assert ids(select_tasks(tasks, difficulty="hard")) == ["T003_stock_recount", "T006_ops_handover"]
     assert ids(select_tasks(tasks, language="en", difficulty="easy")) == ["T002_parcel_desk"]
 
 
@@ -38,26 +38,28 @@ def test_explicit_ids(tasks):
 
 
 def test_hard20_rule(tasks):
-    # Multi-service offline tasks in the language, hard before easy: T003 then T002.
-    assert ids(hard20(tasks, size=1)) == ["T003_stock_recount"]
-    assert ids(hard20(tasks, size=2)) == ["T002_parcel_desk", "T003_stock_recount"]
+    # Multi-service offline tasks in the language, hard before easy, more services first:
+    # T006 (hard, three services), T003 (hard, two), then T002 (easy).
+    assert ids(hard20(tasks, size=1)) == ["T006_ops_handover"]
+    assert ids(hard20(tasks, size=2)) == ["T003_stock_recount", "T006_ops_handover"]
+    assert ids(hard20(tasks, size=3)) == ["T002_parcel_desk", "T003_stock_recount", "T006_ops_handover"]
     assert ids(hard20(tasks, "zh", size=1)) == ["T001zh_parcel_desk"]
-    with pytest.raises(ValueError, match="found 2"):
+    with pytest.raises(ValueError, match="found 3"):
         hard20(tasks)  # the synthetic copy is far too small for 20
 
 
 def test_hard20_split_holds_out_families(tasks):
-    test = tasks_for(tasks, "hard20", "test", hard20_size=1)
-    train = tasks_for(tasks, "hard20", "train", hard20_size=1)
-    assert ids(test) == ["T003_stock_recount"]
+    test = tasks_for(tasks, "hard20", "test", hard20_size=2)
+    train = tasks_for(tasks, "hard20", "train", hard20_size=2)
+    assert ids(test) == ["T003_stock_recount", "T006_ops_handover"]
     assert ids(train) == ["T002_parcel_desk", "T005_mail_digest"]  # single-service T005 is never in hard20
     assert ids(tasks_for(tasks, "hard20", "train", language="zh", hard20_size=0)) == ["T001zh_parcel_desk"]
-    assert ids(tasks_for(tasks, "hard20", "all", hard20_size=1)) == ["T002_parcel_desk", "T003_stock_recount",
-                                                                      "T005_mail_digest"]
-    test2 = tasks_for(tasks, "hard20", "test", hard20_size=2)
-    # both multi-service families held out
-    assert ids(tasks_for(tasks, "hard20", "train", hard20_size=2)) == ["T005_mail_digest"]
-    assert {t.family for t in test2} == {"parcel_desk", "stock_recount"}
+    assert ids(tasks_for(tasks, "hard20", "all", hard20_size=2)) == ["T002_parcel_desk", "T003_stock_recount",
+                                                                      "T005_mail_digest", "T006_ops_handover"]
+    test3 = tasks_for(tasks, "hard20", "test", hard20_size=3)
+    # every multi-service family held out
+    assert ids(tasks_for(tasks, "hard20", "train", hard20_size=3)) == ["T005_mail_digest"]
+    assert {t.family for t in test3} == {"parcel_desk", "stock_recount", "ops_handover"}
 
 
 @pytest.mark.parametrize("seed", range(12))

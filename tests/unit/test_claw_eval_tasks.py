@@ -17,7 +17,7 @@ def tasks():
 
 def test_loads_every_t_task_sorted(tasks):
     assert list(tasks) == ["T001zh_parcel_desk", "T002_parcel_desk", "T003_stock_recount", "T004_live_price_check",
-                           "T005_mail_digest"]
+                           "T005_mail_digest", "T006_ops_handover"]
 
 
 def test_record_fields(tasks):
@@ -91,5 +91,5 @@ def test_other_series_are_skipped(tmp_path):
     shutil.copytree(SYNTHETIC, tmp_path / "copy")
     shutil.copytree(tmp_path / "copy" / "tasks" / "T003_stock_recount", tmp_path / "copy" / "tasks" / "M001_media")
     ids = [t.task_id for t in load_tasks(tmp_path / "copy")]
-    assert len(ids) == 5 and all(i.startswith("T") for i in ids)
+    assert len(ids) == 6 and all(i.startswith("T") for i in ids)
     assert [t.folder.name for t in load_tasks(tmp_path / "copy", series="M")] == ["M001_media"]

@@ -36,6 +36,15 @@ class AbstractGrader(ABC):
         return said[-1] if said else ""
 
     @staticmethod
+    def _get_all_assistant_text(messages) -> str:
+        return "\n".join(m.message.text for m in messages if m.message.role == "assistant")
+
+    @staticmethod
+    def get_service_actions(audit_data, service, action_key) -> list:
+        found = ((audit_data or {}).get(service) or {}).get(action_key, [])
+        return found if isinstance(found, list) else []
+
+    @staticmethod
     def format_conversation(messages) -> str:
         return "\n".join(f"[{m.message.role.upper()}]: {m.message.text}" for m in messages if m.message.text)
 
