@@ -69,9 +69,10 @@ def build_config(a) -> RTIConfig:
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--algorithm", default="rti", choices=["rti", "grpo", "gspo", "luffy", "opd"],
+    ap.add_argument("--algorithm", default="rti", choices=["rti", "grpo", "gspo", "luffy", "opd", "aepo"],
                     help="luffy: Hard20's scripted oracle is the teacher; opd: a teacher (--teacher-model or "
-                         "--teacher-endpoint) scores the policy's tokens (docs/ALGORITHM.md)")
+                         "--teacher-endpoint) scores the policy's tokens; aepo: groups branch at uncertain tool "
+                         "calls, entropy-balanced loss (docs/ALGORITHM.md)")
     ap.add_argument("--teacher-model", default=None, metavar="DIR",
                     help="opd: the teacher, a model folder (or built-in name) with the policy's tokenizer")
     ap.add_argument("--teacher-endpoint", default=None, metavar="URL",

@@ -77,9 +77,10 @@ def build_config(args) -> RTIConfig:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--algorithm", default="grpo", choices=["grpo", "gspo", "rti", "luffy", "opd"],
+    ap.add_argument("--algorithm", default="grpo", choices=["grpo", "gspo", "rti", "luffy", "opd", "aepo"],
                     help="luffy: the Navigation oracle's traces join each group; opd: a teacher (--teacher-model or "
-                         "--teacher-endpoint) scores the policy's tokens (docs/ALGORITHM.md)")
+                         "--teacher-endpoint) scores the policy's tokens; aepo: groups branch at uncertain tool "
+                         "calls, entropy-balanced loss (docs/ALGORITHM.md)")
     ap.add_argument("--teacher-model", default=None, metavar="DIR",
                     help="opd: the teacher, a model folder (or built-in name) with the policy's tokenizer")
     ap.add_argument("--teacher-endpoint", default=None, metavar="URL",

@@ -1,7 +1,8 @@
 """``Algorithm``: the driver loop over the actor graph.
 
 ``train()`` reads like the recipe: pick tasks, sample G episodes per task on the env
-runners (G - k with LUFFY, whose teacher brings k traces per task), group them, intervene
+runners (G - k with LUFFY, whose teacher brings k traces per task; with AEPO some of the G
+branch from others' tool calls, ``rti_actors.aepo``), group them, intervene
 on the all-fail groups (RTI), compute advantages (with OPD per token, from a teacher's
 scores of the student's tokens), cut the learner's samples out and push
 them to the replay queue, let the learner pull and update, publish the new weights to every
@@ -25,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import ray
 
+from rti_actors.aepo import AepoSettings, EntropyBalancedRollout
 from rti_actors.build import build_graph, rollout_sampling
 from rti_actors.checkpoints import atomic_dir, config_changes, periodic, periodic_path, prune, resolve, verify
 from rti_actors.config import ConfigError, RTIConfig
@@ -72,6 +74,10 @@ class Algorithm:
         self.sft_progress: dict = {}  # the warm start's steps done and planned, saved with each checkpoint
         self.fixes = AcceptedFixes(c["interventions"]["tracked_fixes"])  # RTI: re-scored after every update
         self.teacher = Teacher(c, self.runners, self.renderer) if c["training"]["algorithm"] == "luffy" else None
+        # AEPO: each group grown as a tree at uncertain tool calls, within the group budget
+        self.brancher = (EntropyBalancedRollout(AepoSettings.from_config(c, len(self.renderer.tokenizer)),
+                                                lambda specs: self._sample(specs, self._sampling()), self._branch)
+                         if c["training"]["algorithm"] == "aepo" else None)
         self.monitor = ActorMonitor(g.kinds())
         self.redone: Counter = Counter()  # what the driver redid after a crash (faults/...)
         self._last_save: Path | None = None  # where a crashed learner is rebuilt from
@@ -86,10 +92,15 @@ class Algorithm:
     def train(self) -> dict:
         c, times = self.config, {}
         t = c["training"]
+        aepo = {}
         with _timed(times, "sample"):
-            launch = self._next or self._launch(self._train_specs(self.iteration), self._sampling())
-            self._next = None
-            trajectories = self._collect(launch)
+            if self.brancher is not None:  # AEPO: global rollouts, then branches in rounds (never launched early)
+                launch = None
+                trajectories, aepo = self.brancher.rollout(self._pick_tasks(t["tasks_per_iteration"]), self.iteration)
+            else:
+                launch = self._next or self._launch(self._train_specs(self.iteration), self._sampling())
+                self._next = None
+                trajectories = self._collect(launch)
         teacher, luffy = [], {}
         if self.teacher is not None:  # LUFFY: the teacher's traces take their places in the groups
             with _timed(times, "teacher"):
@@ -132,6 +143,7 @@ class Algorithm:
         metrics.update(rti)
         metrics.update(luffy)
         metrics.update(opd)
+        metrics.update(aepo)
         self.reporter.log("train", self.iteration, metrics)
         # after the log: a checkpoint of iteration N implies N's metrics row is written
         every = c["checkpointing"]["every"]
@@ -407,6 +419,40 @@ class Algorithm:
         bar.close()
         order = {(s.task_id, s.sample_index): k for k, s in enumerate(specs)}
         return sorted(results, key=lambda t: order[(t.task_id, t.sample_index)])
+
+    def _branch(self, requests: list) -> list:
+        """AEPO's branches: each ``Continuation`` played on the runners (spread like episodes), a
+        trajectory or a ``ReplayFailure`` per request, in request order. As with ``_collect``, a
+        shard whose runner died goes to the next runner, and a branch with a turn from weights
+        older than the driver's is played again once the engines are repaired."""
+        n, retries = len(self.runners), self.config["fault_tolerance"]["max_restarts"] + 1
+        out: list = [None] * len(requests)
+        todo = list(range(len(requests)))
+        def submit(j: int, shard: list[int]):
+            return self.runners[j].continue_from.remote([requests[k] for k in shard], self._sampling())
+
+        for _ in range(retries + 1):
+            pending = [(i, 0, shard, submit(i, shard)) for i, shard in enumerate(todo[i::n] for i in range(n)) if shard]
+            while pending:  # every shard is sent before any is waited for, so the runners play together
+                i, tries, shard, ref = pending.pop(0)
+                try:
+                    got = ray.get(ref)
+                except ray.exceptions.RayActorError as err:
+                    j = (i + tries) % n
+                    if not died(err) or tries == retries:
+                        raise RuntimeError(f"env runner {j} could not play AEPO's branches: {err}") from err
+                    self.redone["rollout_chunks"] += 1
+                    pending.append((i, tries + 1, shard, submit((i + tries + 1) % n, shard)))
+                    continue
+                for k, res in zip(shard, got):
+                    out[k] = res
+            todo = [k for k in todo if isinstance(out[k], Trajectory) and out[k].turn_versions
+                    and min(out[k].turn_versions) < self.version]
+            if not todo:
+                return out
+            self.redone["stale_episodes"] += len(todo)
+            self._repair_engines()
+        raise RuntimeError(f"AEPO's branches kept meeting engines older than version {self.version}")
 
     def _publish(self, bump: bool = True) -> None:
         if bump:

@@ -121,14 +121,14 @@ LAYOUT = {"env_runners": None, "fault_tolerance": None, "checkpointing": None, "
                        "gradient_checkpointing", "offload", "custom_resources_per_learner"},
           "interventions": {"num_role_actors", "gate_max_batch", "gate_max_wait_ms"}}
 # sections read by some algorithms only
-OWNER = {"interventions": {"rti"}, "teacher": {"luffy", "opd"}}
+OWNER = {"interventions": {"rti"}, "teacher": {"luffy", "opd"}, "aepo": {"aepo"}}
 
 
 def config_changes(saved: dict, current: dict) -> list[str]:
     """The training options that differ between a checkpoint's config and this run's,
     as "section.option: saved -> current"."""
     out = []
-    # RTI's, LUFFY's and OPD's options change nothing in a run of another algorithm, before or
+    # RTI's, LUFFY's, OPD's and AEPO's options change nothing in a run of another algorithm, before or
     # after; an option a checkpoint predates ran with its default (LUFFY's checkpoints hold no
     # OPD option, and one from before LUFFY existed has no teacher section)
     algorithms = {saved.get("training", {}).get("algorithm"), current.get("training", {}).get("algorithm")}

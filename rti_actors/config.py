@@ -24,7 +24,7 @@ from policies.engines import vllm_available
 from policies.models import BUILTIN_MODELS, is_hub_id, is_model_folder
 from rti_actors.lora import check_lora
 
-ALGORITHMS = ("grpo", "gspo", "rti", "luffy", "opd")
+ALGORITHMS = ("grpo", "gspo", "rti", "luffy", "opd", "aepo")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 OFFLOADS = ("none", "optimizer", "optimizer+params")
 
@@ -98,6 +98,14 @@ DEFAULTS: dict[str, dict] = {
     "teacher": {"source": "oracle", "traces_per_group": 1, "gamma": 0.1, "min_reward": 1.0, "max_turns": None,
                 "model": None, "endpoint": None, "endpoint_model": "default",
                 "endpoint_api_key_env": "RTI_TEACHER_API_KEY", "reward_weight": 0.0},
+    # AEPO (used when training(algorithm="aepo")): the group budget G split into initial_rollouts
+    # global rollouts (None: entropy pre-monitoring with monitor_beta) and branches taken at
+    # uncertain tool-call steps (threshold, entropy weight, consecutive-branch penalty, branches
+    # per decision, tokens a step's entropy is read over); the loss's entropy-aware advantage
+    # weight and gradient-preserving clip. docs/ALGORITHM.md gives each default's source.
+    "aepo": {"initial_rollouts": None, "monitor_beta": 0.5, "branch_threshold": 0.5, "entropy_weight": 0.2,
+             "branch_penalty": 0.05, "branches_per_step": 1, "entropy_tokens": 20, "advantage_weight": 0.2,
+             "entropy_clip": True},
     # supervised warm start on demonstrations (Algorithm.pretrain_sft), through the same learner
     # checkpoint_every: a checkpoint every N warm-start steps and one at its end (0: none), which
     # resume() continues from mid-way
@@ -240,6 +248,11 @@ WANTS: dict[str, dict[str, Want]] = {
                 "endpoint": Want("text", none=True, why="OPD's teacher: an http(s):// OpenAI-compatible base URL"),
                 "endpoint_model": TEXT, "endpoint_api_key_env": Want("name"),
                 "reward_weight": _num(0, why="0: pure reverse-KL distillation")},
+    "aepo": {"initial_rollouts": _int(1, none=True, why="None: entropy pre-monitoring sets it per task"),
+             "monitor_beta": _num(0), "branch_threshold": _num(0, 1, why="a branch is taken when its probability is above it"),
+             "entropy_weight": _num(0), "branch_penalty": _num(0, 1, why="0: no consecutive-branch penalty"),
+             "branches_per_step": COUNT, "entropy_tokens": COUNT,
+             "advantage_weight": _num(0, why="0 turns the entropy-aware advantage off"), "entropy_clip": BOOL},
     "sft": {"lr": _num(0, open_low=True), "epochs": COUNT, "batch_size": COUNT,
             "min_reward": _num(none=True, why="None keeps every record"), "reset_optimizer": BOOL,
             "checkpoint_every": _int(0, why="0: no checkpoint during the warm start")},
@@ -374,6 +387,12 @@ class RTIConfig:
         endpoint_model and endpoint_api_key_env), reward_weight."""
         return self._set("teacher", **kwargs)
 
+    def aepo(self, **kwargs) -> "RTIConfig":
+        """AEPO's settings (used when ``training(algorithm="aepo")``): initial_rollouts (None:
+        entropy pre-monitoring), monitor_beta, branch_threshold, entropy_weight, branch_penalty,
+        branches_per_step, entropy_tokens, advantage_weight, entropy_clip; see docs/ALGORITHM.md."""
+        return self._set("aepo", **kwargs)
+
     def sft(self, **kwargs) -> "RTIConfig":
         """Warm-start settings for ``Algorithm.pretrain_sft``: lr (its own, usually well above
         RL's), epochs, batch_size (demonstrations per optimiser step), min_reward (records
@@ -498,6 +517,8 @@ class RTIConfig:
             problems += _teacher_problems(c["teacher"], t["group_size"])
         if t["algorithm"] == "opd" and ok("teacher", "model", "endpoint", "endpoint_api_key_env"):
             problems += _distillation_teacher_problems(c["teacher"])
+        if t["algorithm"] == "aepo" and ok("aepo", "initial_rollouts") and ok("training", "group_size", "max_policy_lag"):
+            problems += _aepo_problems(c["aepo"], t)
         if not problems and available_cpus is not None:
             need = (r["num_env_runners"] * r["num_cpus_per_env_runner"] + r["num_engines"] * r["num_cpus_per_engine"]
                     + lr["num_learners"] * lr["num_cpus_per_learner"])
@@ -670,6 +691,20 @@ def _teacher_problems(te: dict, group_size: int) -> list[str]:
     return problems
 
 
+def _aepo_problems(ae: dict, t: dict) -> list[str]:
+    """AEPO's budget against the group's, and its rounds against asynchronous sampling."""
+    problems = []
+    m, g = ae["initial_rollouts"], t["group_size"]
+    if m is not None and m > g:
+        problems.append(f"aepo(initial_rollouts={m}) is more than the group budget training(group_size={g}): the "
+                        "global rollouts and the branches share G; lower it (G gives GRPO's rollout) or raise group_size")
+    if t["max_policy_lag"] > 0:
+        problems.append(f"training(algorithm='aepo') with max_policy_lag={t['max_policy_lag']}: AEPO's branches are "
+                        "played in rounds after the global rollouts of the same iteration, so the next iteration "
+                        "cannot start early; use max_policy_lag=0")
+    return problems
+
+
 def gspo_clip_pair(value, name: str = "training(gspo_clip=...)") -> tuple[float, float]:
     """The GSPO clip as (low, high): a float is symmetric, a [low, high] pair is taken as is.
 
@@ -693,7 +728,8 @@ def learner_settings(config: RTIConfig) -> dict:
     Keys: algorithm, lr, weight_decay, clip_eps, gspo_clip_eps ((low, high)), temperature (the
     rollout temperature the behaviour log-probs were taken at, so unchanged weights give ratio
     1), zero_stage, micro_batch_tokens, grad_clip, seed, backend, dtype (None: bf16 on GPU,
-    fp32 on CPU), gradient_checkpointing, offload, pack_sequences, share_prefix, lora, luffy_gamma (LUFFY's shaping). The learner's own defaults are this
+    fp32 on CPU), gradient_checkpointing, offload, pack_sequences, share_prefix, lora, luffy_gamma (LUFFY's shaping), aepo_advantage_weight and
+    aepo_entropy_clip (AEPO's loss). The learner's own defaults are this
     function applied to ``RTIConfig()``; the group adds each rank's rank and world_size.
     """
     t, p, lc = config["training"], config["policy"], config["learners"]
@@ -703,4 +739,5 @@ def learner_settings(config: RTIConfig) -> dict:
             "grad_clip": t["grad_clip"], "seed": config["debugging"]["seed"], "backend": lc["backend"],
             "dtype": lc["dtype"], "gradient_checkpointing": lc["gradient_checkpointing"], "offload": lc["offload"],
             "pack_sequences": lc["pack_sequences"], "share_prefix": lc["share_prefix"], "lora": lc["lora"],
-            "luffy_gamma": config["teacher"]["gamma"]}
+            "luffy_gamma": config["teacher"]["gamma"], "aepo_advantage_weight": config["aepo"]["advantage_weight"],
+            "aepo_entropy_clip": config["aepo"]["entropy_clip"]}

@@ -44,7 +44,16 @@ from rti_actors.checkpoints import check_pickles
 from rti_actors.config import ALGORITHMS, OFFLOADS, RTIConfig, gspo_clip_pair, learner_settings
 from rti_actors.faults import Restartable
 from rti_actors.lora import apply_lora, base_parameters, check_lora, lora_settings, merged_weights
-from rti_actors.losses import add_stats, finish_stats, grpo_loss, gspo_loss, luffy_loss, masked_token_logprobs, sft_loss
+from rti_actors.losses import (
+    add_stats,
+    aepo_loss,
+    finish_stats,
+    grpo_loss,
+    gspo_loss,
+    luffy_loss,
+    masked_token_logprobs,
+    sft_loss,
+)
 from rti_actors.plan import ModelShape, model_state_bytes
 from rti_actors.trajectory import LearnerSample
 from rti_actors.weight_sync import free_address, host_store, init_group, send
@@ -183,6 +192,8 @@ class Learner:
         c["gspo_clip_eps"] = gspo_clip_pair(c["gspo_clip_eps"], "learner gspo_clip_eps")
         if not (isinstance(c["luffy_gamma"], (int, float)) and c["luffy_gamma"] > 0):
             raise ValueError(f"luffy_gamma must be a number > 0, got {c['luffy_gamma']!r}")
+        if not (isinstance(c["aepo_advantage_weight"], (int, float)) and c["aepo_advantage_weight"] >= 0):
+            raise ValueError(f"aepo_advantage_weight must be a number >= 0, got {c['aepo_advantage_weight']!r}")
         if c["backend"] not in ("deepspeed", "torch"):
             raise ValueError(f"unknown learner backend {c['backend']!r}; choose 'deepspeed' or 'torch'")
         if c["zero_stage"] not in (0, 1, 2, 3):
@@ -386,6 +397,12 @@ class Learner:
         if objective == "sft":  # the model's own distribution: temperature 1
             return sft_loss(masked_token_logprobs(hidden, head, batch["ids"], batch["mask"], 1.0), batch["tw"],
                             batch["mask"], num_tokens=normaliser)
+        if objective == "aepo":  # token entropies from the same logits as the log-probs
+            logp, entropy = masked_token_logprobs(hidden, head, batch["ids"], batch["mask"],
+                                                  self.config["temperature"], with_entropy=True)
+            return aepo_loss(logp, batch["blp"], batch["adv"], batch["tw"], batch["mask"], entropy,
+                             clip_eps=self.config["clip_eps"], advantage_weight=self.config["aepo_advantage_weight"],
+                             entropy_clip=self.config["aepo_entropy_clip"], num_tokens=normaliser, seq=batch["seq"])
         logp = masked_token_logprobs(hidden, head, batch["ids"], batch["mask"], self.config["temperature"])
         if objective == "gspo":
             return gspo_loss(logp, batch["blp"], batch["adv"], batch["tw"], batch["mask"],
@@ -483,6 +500,8 @@ class Learner:
         keys = ("loss_tokens", "clipped", "clip_units", "ratio_sum", "kl_sum")
         if objective == "luffy":  # its KL is over on-policy tokens; and what the teacher tokens did
             keys += ("kl_tokens", "teacher_tokens", "shaped_sum")
+        if objective == "aepo":  # the loss tokens' entropy, and where the clip kept a gradient
+            keys += ("entropy_sum", "preserved")
         loss_sum, processed, *summed = self._all_reduce(
             [loss_sum, float(sum(len(s["ids"]) for s in samples))] + [totals.get(k, 0.0) for k in keys])
         if self.device.type == "cpu":

@@ -1,4 +1,4 @@
-"""Losses of the learner: token log-probs, GRPO (PPO-clip), GSPO, LUFFY and SFT (warm start).
+"""Losses of the learner: token log-probs, GRPO (PPO-clip), GSPO, LUFFY, AEPO and SFT (warm start).
 
 OPD has no loss of its own: ``grpo_loss`` with one advantage per token ([batch, length], the
 negated reverse KL to the teacher, ``rti_actors.opd``), PPO's importance ratio and clip kept,
@@ -42,20 +42,37 @@ def token_logprobs(logits: torch.Tensor, ids: torch.Tensor, temperature: float =
     return torch.cat([torch.zeros_like(picked[:, :1]), picked], dim=1)
 
 
+ENTROPY_ROWS = 512  # loss positions per slice when token entropies are computed
+
+
 def masked_token_logprobs(hidden: torch.Tensor, head: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor,
-                          temperature: float = 1.0) -> torch.Tensor:
+                          temperature: float = 1.0, with_entropy: bool = False):
     """``token_logprobs`` computed only where ``mask`` is set (0 elsewhere), from the
     decoder's hidden states. Projecting to the vocabulary only at loss positions skips most
     of the lm_head work and the [tokens x vocab] logits that dominate learner memory: in an
-    agent trajectory most tokens are prompt, tool output or template glue."""
+    agent trajectory most tokens are prompt, tool output or template glue.
+
+    ``with_entropy``: also return each loss token's entropy (nats, at ``temperature``, 0
+    elsewhere), from the same logits and without gradient: AEPO weighs advantages by it, and
+    reading it here spares a second forward."""
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0 to score tokens, got {temperature}")
     rows, cols = mask[:, 1:].nonzero(as_tuple=True)  # token t is predicted at position t - 1
     logits = head(hidden[rows, cols]).float() / temperature
     target = ids[rows, cols + 1]
-    picked = logits.gather(-1, target[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    norm = torch.logsumexp(logits, dim=-1)
+    picked = logits.gather(-1, target[:, None]).squeeze(-1) - norm
     out = torch.zeros(ids.shape, dtype=picked.dtype, device=ids.device)
-    return out.index_put((rows, cols + 1), picked)
+    logp = out.index_put((rows, cols + 1), picked)
+    if not with_entropy:
+        return logp
+    with torch.no_grad():
+        # in slices of rows: a whole [tokens x vocab] softmax would double the logits' memory peak
+        z = logits.detach()
+        entropy = torch.cat([norm[i:i + ENTROPY_ROWS].detach()
+                             - (torch.softmax(z[i:i + ENTROPY_ROWS], dim=-1) * z[i:i + ENTROPY_ROWS]).sum(-1)
+                             for i in range(0, z.shape[0], ENTROPY_ROWS)] or [norm.detach()])
+    return logp, torch.zeros_like(out).index_put((rows, cols + 1), entropy)
 
 
 def _masked_log_ratio(logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -200,6 +217,74 @@ def luffy_loss(logp: torch.Tensor, behaviour_logp: torch.Tensor, advantages: tor
     return loss, stats
 
 
+# AEPO's defaults (Dong et al., 2025), read from the run config like the GSPO clip above.
+AEPO_ADVANTAGE_WEIGHT = _CONFIG_DEFAULTS["aepo"]["advantage_weight"]
+
+
+def standardised_entropy(entropy: torch.Tensor, mask: torch.Tensor, seq: torch.Tensor | None = None) -> torch.Tensor:
+    """(H_t - mean) / std over each sequence's loss tokens (unbiased std; 1 where it is 0 or
+    undefined), 0 off the mask. ``seq`` numbers the sequence of each token (default: one per
+    row). Per sequence, because a sequence's loss tokens always share one micro-batch, so the
+    result does not depend on how the learner lays a step out."""
+    mask = mask.bool()
+    if seq is None:
+        seq = torch.arange(mask.shape[0], device=mask.device)[:, None].expand(mask.shape)
+    flat, h = seq.reshape(-1), torch.where(mask, entropy, torch.zeros_like(entropy)).reshape(-1).double()
+    m = mask.reshape(-1).double()
+    count = int(flat.max()) + 1 if flat.numel() else 0
+
+    def per_sequence(x):
+        return torch.zeros(count, dtype=x.dtype, device=x.device).index_add(0, flat, x)
+
+    n = per_sequence(m)
+    mean = per_sequence(h) / n.clamp(min=1)
+    var = per_sequence(m * (h - mean[flat]) ** 2) / (n - 1).clamp(min=1)
+    std = torch.where((n > 1) & (var > 0), var.sqrt(), torch.ones_like(var))
+    out = ((h - mean[flat]) / std[flat]).to(entropy.dtype).reshape(entropy.shape)
+    return torch.where(mask, out, torch.zeros_like(out))
+
+
+def aepo_loss(logp: torch.Tensor, behaviour_logp: torch.Tensor, advantages: torch.Tensor,
+              token_weight: torch.Tensor, mask: torch.Tensor, entropy: torch.Tensor, clip_eps: float = 0.2,
+              advantage_weight: float = AEPO_ADVANTAGE_WEIGHT, entropy_clip: bool = True,
+              num_tokens: float | None = None, seq: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
+    """AEPO's entropy-balanced PPO-clip, token-mean over the (global) batch like ``grpo_loss``.
+
+    A_t = advantage * token_weight_t * (1 + advantage_weight * sg(standardised entropy_t)), the
+    entropy standardised over each sequence's loss tokens (``standardised_entropy``). With
+    ``entropy_clip`` the clip's upper bound is (1 + eps) * ratio / sg(ratio): the value is
+    GRPO's, but a token above 1 + eps with A_t > 0 keeps the gradient (1 + eps) A_t instead of
+    none; every other token's gradient is GRPO's. With advantage_weight 0 and entropy_clip off,
+    the value and the gradient are ``grpo_loss``'s.
+    """
+    mask = mask.bool()
+    n = float(mask.sum()) if num_tokens is None else float(num_tokens)
+    log_ratio = _masked_log_ratio(logp, behaviour_logp, mask)
+    ratio = torch.exp(log_ratio)
+    adv = _token_advantages(advantages, token_weight, logp.dtype)
+    if advantage_weight:
+        adv = adv * (1.0 + advantage_weight * standardised_entropy(entropy.detach(), mask, seq).to(logp.dtype))
+    if entropy_clip:
+        # value 1 + eps, gradient (1 + eps) * d log pi: the clipped branch stops zeroing it
+        upper = (1.0 + clip_eps) * ratio / ratio.detach()
+        bounded = torch.where(ratio > 1.0 + clip_eps, upper, torch.clamp(ratio, min=1.0 - clip_eps))
+        unclipped, clipped = -ratio * adv, -bounded * adv
+        per_token, was_clipped = torch.maximum(unclipped, clipped), clipped > unclipped
+    else:
+        per_token, was_clipped = _clipped_surrogate(ratio, adv, clip_eps, clip_eps)
+    loss = torch.where(mask, per_token, torch.zeros_like(per_token)).sum() / max(n, 1.0)
+    with torch.no_grad():
+        preserved = mask & (ratio > 1.0 + clip_eps) & (adv > 0) if entropy_clip else torch.zeros_like(mask)
+        stats = {"loss_tokens": float(mask.sum()),
+                 "clipped": float((was_clipped & mask).sum()),
+                 "clip_units": float(mask.sum()),
+                 "ratio_sum": float(ratio[mask].sum()),
+                 "kl_sum": float((-log_ratio)[mask].sum()),
+                 "entropy_sum": float(entropy[mask].sum()),
+                 "preserved": float(preserved.sum())}
+    return loss, stats
+
+
 def sft_loss(logp: torch.Tensor, token_weight: torch.Tensor, mask: torch.Tensor,
              num_tokens: float | None = None) -> tuple[torch.Tensor, dict]:
     """Token-level cross-entropy on the loss-mask tokens (the assistant's), token-mean over
@@ -218,13 +303,17 @@ def finish_stats(totals: dict) -> dict:
     """Turn summed stats into metrics: clip_frac (of tokens for GRPO, of sequences for GSPO),
     mean ratio (over the same units), approx_kl (mean of behaviour_logp - logp over tokens;
     LUFFY's over on-policy tokens, ``kl_tokens``). With teacher tokens (LUFFY) also
-    teacher_tokens and shaped_weight_mean (the mean f(p) over them)."""
+    teacher_tokens and shaped_weight_mean (the mean f(p) over them); with AEPO's sums,
+    entropy_mean and preserved_frac."""
     units, tokens = max(totals.get("clip_units", 0.0), 1.0), max(totals.get("loss_tokens", 0.0), 1.0)
     if "kl_tokens" in totals:
         tokens = max(totals["kl_tokens"], 1.0)
     out = {"clip_frac": totals.get("clipped", 0.0) / units,
            "ratio_mean": totals.get("ratio_sum", 0.0) / units if totals.get("clip_units") else 1.0,
            "approx_kl": totals.get("kl_sum", 0.0) / tokens}
+    if "entropy_sum" in totals:  # AEPO: the loss tokens' mean entropy, and where the clip kept a gradient
+        out["entropy_mean"] = totals["entropy_sum"] / tokens
+        out["preserved_frac"] = totals.get("preserved", 0.0) / tokens
     if totals.get("teacher_tokens"):
         out["teacher_tokens"] = int(totals["teacher_tokens"])
         out["shaped_weight_mean"] = totals["shaped_sum"] / totals["teacher_tokens"]

@@ -75,6 +75,9 @@ class Trajectory:
     token_advantages: list[float] | None = None
     # LUFFY: a teacher's trace in the group (not sampled by the policy; no behaviour log-probs)
     off_policy: bool = False
+    # AEPO: set on a branch, a trajectory continued from another's tool-call step (rti_actors.aepo)
+    branch_of: int | None = None        # sample_index of the trajectory it shares its prefix with
+    branch_step: int | None = None      # the tool-call turn after which it samples its own turns
     # RTI: set on a trajectory continued from a corrected step
     intervened: bool = False
     group: int | None = None            # index of its group in the iteration
