@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from envs import make_env  # noqa: E402
 from rti_actors import RTIConfig  # noqa: E402
+from rti_actors.cli import add_teacher_args, teacher_options  # noqa: E402
 from rti_actors.demonstrations import record_agent  # noqa: E402
 from rti_actors.metrics import format_table  # noqa: E402
 from rti_actors.reporting import progress_line, sft_line  # noqa: E402
@@ -58,8 +59,7 @@ def build_config(a) -> RTIConfig:
                       lr=a.lr)
             .interventions(roles=a.roles, ppl_threshold=a.ppl_threshold, eps_cal=a.eps_cal)
             # OPD (--algorithm opd): a model or an endpoint scores the policy's own tokens
-            .teacher(model=a.teacher_model, endpoint=a.teacher_endpoint, endpoint_model=a.teacher_endpoint_model,
-                     reward_weight=a.opd_reward_weight)
+            .teacher(**teacher_options(a))
             .learners(backend="deepspeed", zero_stage=a.zero_stage, num_gpus_per_learner=1 if a.gpu else 0,
                       dtype="bfloat16" if a.gpu else None)
             .sft(lr=a.sft_lr, epochs=a.sft_epochs)
@@ -73,14 +73,7 @@ def parse_args(argv=None):
                     help="luffy: Hard20's scripted oracle is the teacher; opd: a teacher (--teacher-model or "
                          "--teacher-endpoint) scores the policy's tokens; aepo: groups branch at uncertain tool "
                          "calls, entropy-balanced loss (docs/ALGORITHM.md)")
-    ap.add_argument("--teacher-model", default=None, metavar="DIR",
-                    help="opd: the teacher, a model folder (or built-in name) with the policy's tokenizer")
-    ap.add_argument("--teacher-endpoint", default=None, metavar="URL",
-                    help="opd: the teacher behind an OpenAI-compatible server that echoes prompt log-probs "
-                         "(key from $RTI_TEACHER_API_KEY)")
-    ap.add_argument("--teacher-endpoint-model", default="default", help="opd: the model name the endpoint serves")
-    ap.add_argument("--opd-reward-weight", type=float, default=0.0,
-                    help="opd: weight of the env reward's advantage beside the reverse KL (0: pure distillation)")
+    add_teacher_args(ap)
     ap.add_argument("--model", default="smollm2-135m-instruct", help="a built-in name or a local HF model folder")
     ap.add_argument("--engine", default="vllm", choices=["vllm", "hf"])
     ap.add_argument("--roles", default="self", help="RTI roles: self | a local model folder | an http(s) endpoint")

@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from envs import make_env  # noqa: E402
 from rti_actors import RTIConfig  # noqa: E402
+from rti_actors.cli import add_teacher_args, teacher_options  # noqa: E402
 from rti_actors.demonstrations import record_agent  # noqa: E402
 from rti_actors.metrics import format_table  # noqa: E402
 from rti_actors.reporting import progress_line, sft_line  # noqa: E402
@@ -67,8 +68,7 @@ def build_config(args) -> RTIConfig:
             # LUFFY (--algorithm luffy): the env's oracle is the teacher; it needs more turns than
             # the policy gets (11 to 23), as the warm start's demonstrations do. OPD (--algorithm
             # opd): a model or an endpoint scores the policy's own tokens
-            .teacher(source="oracle", max_turns=30, model=args.teacher_model, endpoint=args.teacher_endpoint,
-                     endpoint_model=args.teacher_endpoint_model, reward_weight=args.opd_reward_weight)
+            .teacher(source="oracle", max_turns=30, **teacher_options(args))
             .sft(lr=args.sft_lr, epochs=args.sft_epochs, batch_size=args.sft_batch_size,
                  checkpoint_every=args.sft_checkpoint_every)
             .evaluation(num_samples=args.eval_samples, num_tasks=args.eval_tasks, temperature=args.eval_temperature)
@@ -81,14 +81,7 @@ def main(argv=None):
                     help="luffy: the Navigation oracle's traces join each group; opd: a teacher (--teacher-model or "
                          "--teacher-endpoint) scores the policy's tokens; aepo: groups branch at uncertain tool "
                          "calls, entropy-balanced loss (docs/ALGORITHM.md)")
-    ap.add_argument("--teacher-model", default=None, metavar="DIR",
-                    help="opd: the teacher, a model folder (or built-in name) with the policy's tokenizer")
-    ap.add_argument("--teacher-endpoint", default=None, metavar="URL",
-                    help="opd: the teacher behind an OpenAI-compatible server that echoes prompt log-probs "
-                         "(key from $RTI_TEACHER_API_KEY)")
-    ap.add_argument("--teacher-endpoint-model", default="default", help="opd: the model name the endpoint serves")
-    ap.add_argument("--opd-reward-weight", type=float, default=0.0,
-                    help="opd: weight of the env reward's advantage beside the reverse KL (0: pure distillation)")
+    add_teacher_args(ap)
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--engine", default="vllm", choices=["vllm", "hf"])
     ap.add_argument("--language", default="zh", choices=["zh", "en"])
