@@ -41,9 +41,26 @@ def summarize(successes: dict[str, list[bool]]) -> dict:
     return out
 
 
+# Table 1's rows, top to bottom; a label is matched by its first word ("RTI (iter 3)" is RTI)
+PAPER_ORDER = ("base", "grpo", "gspo", "aepo", "opd", "luffy", "rti")
+
+
+def paper_order(labels) -> list[str]:
+    """``labels`` in the paper's row order. A label of no method there (e.g. a warm start)
+    stays right after the row it followed, so "base, SFT warm start, RTI" keeps its story."""
+    rank, out = -1.0, []
+    for i, label in enumerate(labels):
+        word = label.split()[0].lower() if label.split() else ""
+        rank = PAPER_ORDER.index(word) if word in PAPER_ORDER else rank + 1e-3
+        out.append((rank, i, label))
+    return [label for *_, label in sorted(out)]
+
+
 def format_table(rows: dict[str, dict[str, dict]]) -> str:
-    """rows: {method: {benchmark: summary}} -> the paper's layout (percentages):
-    one row per method, a column group (p@1, avg p@k, avg p^k) per benchmark."""
+    """rows: {method: {benchmark: summary}} -> the paper's layout (percentages): one row
+    per method in Table 1's order (``paper_order``), a column group (p@1, avg p@k, avg p^k)
+    per benchmark."""
+    rows = {method: rows[method] for method in paper_order(rows)}
     benchmarks = list(dict.fromkeys(b for per in rows.values() for b in per))
     head1 = f"{'method':<16}" + "".join(f"| {b:^26}" for b in benchmarks)
     head2 = f"{'':<16}" + "".join(f"| {'p@1':>7} {'avg p@k':>8} {'avg p^k':>8} " for _ in benchmarks)

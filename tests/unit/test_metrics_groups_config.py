@@ -7,7 +7,7 @@ import pytest
 
 from rti_actors.config import ConfigError, RTIConfig
 from rti_actors.groups import assign_advantages, group_advantages, group_by_task, is_learnable
-from rti_actors.metrics import format_table, pass_at_k, pass_hat_k, summarize
+from rti_actors.metrics import format_table, paper_order, pass_at_k, pass_hat_k, summarize
 from rti_actors.replay import ReplayQueue
 from rti_actors.trajectory import Trajectory, learner_sample
 
@@ -31,8 +31,18 @@ def test_summarize_and_table():
     assert s["p@1"] == pytest.approx((0.25 + 1) / 2)
     assert s["pass^4"] == pytest.approx(0.5)
     assert s["avg_p@k"] == pytest.approx(np.mean([s[f"pass@{k}"] for k in range(1, 5)]))
-    table = format_table({"GRPO": {"Navigation": s}, "RTI": {"Navigation": s}})
+    table = format_table({"RTI": {"Navigation": s}, "GRPO": {"Navigation": s}})
     assert "Navigation" in table and "62.50" in table and table.count("\n") == 4
+    assert table.index("GRPO") < table.index("RTI")  # the paper's row order, whatever the order run
+
+
+def test_paper_row_order_for_any_subset():
+    assert paper_order(["RTI", "LUFFY", "base", "OPD", "GSPO", "AEPO", "GRPO"]) == [
+        "base", "GRPO", "GSPO", "AEPO", "OPD", "LUFFY", "RTI"]
+    # a label of no paper method stays after the row it followed; "rti (iter 3)" is RTI
+    assert paper_order(["rti (iter 3)", "base", "SFT warm start", "grpo"]) == [
+        "base", "SFT warm start", "grpo", "rti (iter 3)"]
+    assert paper_order(["SFT warm start", "RTI"]) == ["SFT warm start", "RTI"]
     with pytest.raises(ValueError, match="same number"):
         summarize({"a": [True], "b": [True, False]})
 
