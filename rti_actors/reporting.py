@@ -25,7 +25,8 @@ class Reporter:
     # accepted them against their PPL under the weights of each later iteration.
     PANELS = (("reward_mean",), ("success_rate",), ("frac_zero_variance_groups",), ("learner/loss",),
               ("pre_intervention_pass_at_G", "pass_at_G"), ("rti/accepted", "rti/continuation_success"),
-              ("rti/mean_ppl_accepted",), ("rti/ppl_fixes_at_gate", "rti/ppl_fixes_now"), ("opd/reverse_kl",))
+              ("rti/mean_ppl_accepted",), ("rti/ppl_fixes_at_gate", "rti/ppl_fixes_now"), ("opd/reverse_kl",),
+              ("aepo/global_rollouts", "aepo/branches"), ("aepo/branch_rate",), ("learner/entropy_mean",))
 
     def __init__(self, run_dir: Path, tensorboard: bool = True):
         self.run_dir = Path(run_dir)
@@ -124,7 +125,7 @@ def rti_funnel(m: dict) -> str:
 def progress_line(m: dict) -> str:
     """One line per training iteration for scripts: rewards, the groups that could teach,
     the learner step (or why there was none), RTI's funnel when it ran, OPD's reverse KL,
-    recoveries from crashes, and the time."""
+    AEPO's branching, recoveries from crashes, and the time."""
     learn = m["learner"]
     if learn.get("nonfinite"):
         loss = "no update (non-finite loss or gradient: step skipped, weights kept)"
@@ -134,12 +135,16 @@ def progress_line(m: dict) -> str:
     # OPD: how far the student still is from the teacher, and what asking the teacher cost
     opd = (f"  opd: reverse KL {m['opd/reverse_kl']:.4f}/token, teacher {m['opd/teacher_seconds']:.1f}s"
            if "opd/reverse_kl" in m else "")
+    # AEPO: how each group was grown (independent rollouts vs branches at uncertain tool calls)
+    aepo = (f"  aepo: {m['aepo/global_rollouts']:.1f} global + {m['aepo/branches']} branches "
+            f"({m['aepo/branch_rate']:.2f} of {m['aepo/decisions']} decisions) in {m['aepo/branch_rounds']} rounds"
+            if "aepo/branches" in m else "")
     faults = {k.split("/", 1)[1]: v for k, v in m.items()
               if k.startswith(("faults/restarts/", "faults/dead/", "faults/redone/")) and v}
     crashes = ("  faults (run so far): " + ", ".join(f"{k} {v}" for k, v in faults.items())) if faults else ""
     return (f"iter {m['iteration']:3d}  reward {m['reward_mean']:.3f}  success {m['success_rate']:.3f}  "
             f"all-fail groups {m['frac_all_fail_groups']:.2f}  turns {m['turns_mean']:.1f}  {loss}  "
-            f"{sum(m['seconds'].values()):.0f}s{rti}{opd}{crashes}")
+            f"{sum(m['seconds'].values()):.0f}s{rti}{opd}{aepo}{crashes}")
 
 
 def sft_line(s: dict) -> str:

@@ -68,3 +68,16 @@ def test_rewind_into_a_warm_start_drops_its_later_steps_and_the_line_says_it_res
     assert [(r["kind"], r["step"]) for r in rows] == [("sft", 1), ("sft", 2)]
     done = {"num_demonstrations": 8, "skipped_too_long": 0, "steps": 0, "resumed_at_step": 4, "seconds": 0.0}
     assert sft_line(done).endswith("nothing left to train (resumed after step 4)")
+
+
+def test_an_aepo_run_shows_its_branching_on_the_line_and_in_panels(tmp_path):
+    counts = {"aepo/global_rollouts": 2.5, "aepo/branches": 3, "aepo/branch_rate": 0.375, "aepo/decisions": 8,
+              "aepo/branch_rounds": 2}
+    line = progress_line(_metrics(**counts))
+    assert line.endswith("aepo: 2.5 global + 3 branches (0.38 of 8 decisions) in 2 rounds")
+    assert "aepo:" not in progress_line(_metrics())
+    rep = Reporter(tmp_path, tensorboard=False)
+    for it in (1, 2):
+        rep.log("train", it, _metrics(**counts, learner={"loss": 0.5, "entropy_mean": 1.5}))
+    assert rep.panels()[-3:] == [["aepo/global_rollouts", "aepo/branches"], ["aepo/branch_rate"],
+                                 ["learner/entropy_mean"]]
