@@ -83,3 +83,24 @@ def isolated_process_group():
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
+
+
+def example_config(example: str, argv: list[str], monkeypatch):
+    """The config ``examples/<example>.py`` builds from ``argv``, captured where it would
+    build the run (nothing is started)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"example_{example}", REPO / "examples" / f"{example}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    class Built(Exception):
+        pass
+
+    def capture(config, args):
+        raise Built(config)
+
+    monkeypatch.setattr(module, "build_resumable", capture)
+    with pytest.raises(Built) as built:
+        module.main(argv)
+    return built.value.args[0]

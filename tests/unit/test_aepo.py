@@ -331,23 +331,8 @@ def test_a_checkpoint_from_before_aepo_restores_and_aepo_options_matter_to_aepo_
 
 @pytest.mark.parametrize("example", ["navigation", "hard20"])
 def test_the_examples_take_aepo(example, monkeypatch):
-    import importlib.util
+    from tests.conftest import example_config
 
-    from tests.conftest import REPO
-
-    spec = importlib.util.spec_from_file_location(f"example_{example}", REPO / "examples" / f"{example}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-
-    class Built(Exception):
-        pass
-
-    def capture(config, args):  # stands in for building the run: the config is what is checked
-        raise Built(config)
-
-    monkeypatch.setattr(module, "build_resumable", capture)
-    with pytest.raises(Built) as built:
-        module.main(["--algorithm", "aepo", "--engine", "hf"])
-    config = built.value.args[0]
+    config = example_config(example, ["--algorithm", "aepo", "--engine", "hf"], monkeypatch)
     assert config["training"]["algorithm"] == "aepo"
     config.validate()

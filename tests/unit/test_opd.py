@@ -296,25 +296,10 @@ def test_progress_line_shows_the_reverse_kl_and_the_teachers_time():
 
 @pytest.mark.parametrize("example", ["navigation", "hard20"])
 def test_the_examples_take_opd_with_a_teacher_model(example, tiny_model_path, monkeypatch):
-    import importlib.util
+    from tests.conftest import example_config
 
-    from tests.conftest import REPO
-
-    spec = importlib.util.spec_from_file_location(f"example_{example}", REPO / "examples" / f"{example}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-
-    class Built(Exception):
-        pass
-
-    def capture(config, args):  # stands in for building the run: the config is what is checked
-        raise Built(config)
-
-    monkeypatch.setattr(module, "build_resumable", capture)
-    with pytest.raises(Built) as built:
-        module.main(["--algorithm", "opd", "--teacher-model", tiny_model_path, "--opd-reward-weight", "0.25",
-                     "--engine", "hf"])
-    config = built.value.args[0]
+    argv = ["--algorithm", "opd", "--teacher-model", tiny_model_path, "--opd-reward-weight", "0.25", "--engine", "hf"]
+    config = example_config(example, argv, monkeypatch)
     assert config["training"]["algorithm"] == "opd"
     assert (config["teacher"]["model"], config["teacher"]["reward_weight"]) == (tiny_model_path, 0.25)
     config.validate()
