@@ -30,9 +30,9 @@ from envs.claw_eval.env import _tasks_at  # noqa: E402
 from envs.claw_eval.fixes import DEFECTS, defects_for  # noqa: E402
 from envs.claw_eval.judge import STUB_LABEL  # noqa: E402
 from envs.claw_eval.oracles import OracleResult, run_oracle  # noqa: E402
-from envs.claw_eval.report import ClawTrial, claw_table  # noqa: E402
 from envs.claw_eval.selection import select_tasks  # noqa: E402
 from envs.claw_eval.variants import RECIPES, make_variants, validate_variants  # noqa: E402
+from rti_actors.claw_eval_report import ClawTrial, claw_table  # noqa: E402
 
 
 def grade_every_offline_task(data_dir: Path) -> dict:

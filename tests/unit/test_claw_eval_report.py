@@ -3,7 +3,7 @@ with grading errors left out (never scored 0) and upstream's (c/n)^k beside them
 
 import pytest
 
-from envs.claw_eval.report import ClawTrial, claw_table, summarize_trials
+from rti_actors.claw_eval_report import ClawTrial, claw_table, summarize_trials
 from rti_actors.metrics import pass_hat_k
 
 
