@@ -10,6 +10,7 @@ weights, a learner step redone) it counts itself; both reach ``metrics["faults/.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import Counter
 
@@ -55,17 +56,31 @@ class ActorMonitor:
         self.check()
 
     def check(self) -> dict[str, int]:
-        calls = [(kind, i, a.incarnation.remote()) for kind, actors in self.kinds.items() for i, a in enumerate(actors)]
-        ray.wait([r for *_, r in calls], num_returns=len(calls), timeout=self.timeout_s)
+        todo = [(kind, i, a) for kind, actors in self.kinds.items() for i, a in enumerate(actors)]
         dead: Counter = Counter()
-        for kind, i, ref in calls:
-            try:
-                now = ray.get(ref, timeout=0)
-            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
-                dead[kind] += 1
-                continue
-            before = self._seen.get((kind, i))
-            if before is not None and before != now:
-                self.restarts[kind] += 1
-            self._seen[(kind, i)] = now
+        deadline = time.monotonic() + self.timeout_s
+        while todo:
+            calls = [(kind, i, a, a.incarnation.remote()) for kind, i, a in todo]
+            ray.wait([r for *_, r in calls], num_returns=len(calls), timeout=max(deadline - time.monotonic(), 0))
+            todo = []
+            for kind, i, a, ref in calls:
+                try:
+                    now = ray.get(ref, timeout=0)
+                except ray.exceptions.ActorUnavailableError:
+                    # Ray is restarting it, and a call to an actor that allows no task retries
+                    # fails meanwhile: ask again, so the restart is counted once it is up
+                    if time.monotonic() < deadline:
+                        todo.append((kind, i, a))
+                    else:
+                        dead[kind] += 1
+                    continue
+                except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                    dead[kind] += 1
+                    continue
+                before = self._seen.get((kind, i))
+                if before is not None and before != now:
+                    self.restarts[kind] += 1
+                self._seen[(kind, i)] = now
+            if todo:
+                time.sleep(0.5)
         return {**{f"restarts/{k}": self.restarts[k] for k in self.kinds}, **{f"dead/{k}": n for k, n in dead.items()}}
