@@ -16,6 +16,10 @@ inventory, knowledge base, notes, scheduler, todo, config); 160 training variant
         --num-engines 4 --num-env-runners 16 --tasks-per-iteration 32 --iterations 100 \
         --max-turns 30 --max-new-tokens 1024 --max-model-len 32768 --eval-samples 4
 
+    # Claw-Eval's own hard20 tasks from your copy (docs/CLAW_EVAL.md), graded by their own
+    # graders with the policy as the judge they call:
+    python examples/hard20.py --env ClawEval-v0 --claw-data-dir ~/claw-eval --quick
+
     # on-policy distillation: a stronger model with the policy's tokenizer scores its tokens
     python examples/hard20.py --quick --algorithm opd --teacher-model /path/to/warm-started-policy
 
@@ -45,12 +49,18 @@ from rti_actors.resume import add_resume_args, build_resumable, evaluate_once  #
 
 
 def env_config(a) -> dict:
-    return {"language": a.language, "max_turns": a.max_turns, "max_tool_output_chars": a.max_tool_output_chars}
+    if a.env == "Hard20-v0":
+        return {"language": a.language, "max_turns": a.max_turns or 12, "max_tool_output_chars": a.max_tool_output_chars}
+    # Claw-Eval's own tasks: each keeps its own turn limit unless --max-turns overrides it
+    judge = {"policy": "policy", "none": "none", "stub": "stub"}.get(a.judge, "model")
+    return {"data_dir": a.claw_data_dir, "tasks": "hard20", "language": a.language, "max_turns": a.max_turns,
+            "max_tool_output_chars": a.max_tool_output_chars, "judge": judge,
+            **({"judge_model": a.judge} if judge == "model" else {}), "judge_unreadable": a.judge_unreadable}
 
 
 def build_config(a) -> RTIConfig:
     return (RTIConfig()
-            .environment("Hard20-v0", env_config=env_config(a))
+            .environment(a.env, env_config=env_config(a))
             .policy(model=a.model, engine=a.engine, max_new_tokens=a.max_new_tokens, max_model_len=a.max_model_len,
                     temperature=0.8)
             .env_runners(num_env_runners=a.num_env_runners, num_envs_per_env_runner=a.num_envs_per_env_runner,
@@ -74,6 +84,16 @@ def parse_args(argv=None):
                          "--teacher-endpoint) scores the policy's tokens; aepo: groups branch at uncertain tool "
                          "calls, entropy-balanced loss (docs/ALGORITHM.md)")
     add_teacher_args(ap)
+    ap.add_argument("--env", default="Hard20-v0", choices=["Hard20-v0", "ClawEval-v0"],
+                    help="ClawEval-v0: Claw-Eval's own hard20 tasks from your copy, graded by their own graders "
+                         "(docs/CLAW_EVAL.md)")
+    ap.add_argument("--claw-data-dir", default=None,
+                    help="ClawEval-v0: your copy of claw-eval (else $RTI_CLAW_EVAL_DIR, else the cache folder)")
+    ap.add_argument("--judge", default="policy",
+                    help="ClawEval-v0's judge: policy | a local model folder | stub (a fixed score, not a judge) | none")
+    ap.add_argument("--judge-unreadable", default="error", choices=["error", "zero"],
+                    help="ClawEval-v0: a judge reply with no readable score is a grading error (default) or scores 0 "
+                         "(for a small local judge)")
     ap.add_argument("--model", default="smollm2-135m-instruct", help="a built-in name or a local HF model folder")
     ap.add_argument("--engine", default="vllm", choices=["vllm", "hf"])
     ap.add_argument("--roles", default="self", help="RTI roles: self | a local model folder | an http(s) endpoint")
@@ -88,7 +108,7 @@ def parse_args(argv=None):
     ap.add_argument("--num-envs-per-env-runner", type=int, default=8)
     ap.add_argument("--num-engines", type=int, default=1)
     ap.add_argument("--zero-stage", type=int, default=0)
-    ap.add_argument("--max-turns", type=int, default=12)
+    ap.add_argument("--max-turns", type=int, default=None, help="default: 12 on Hard20-v0, each task's own on ClawEval-v0")
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--max-model-len", type=int, default=4096)
     ap.add_argument("--max-tool-output-chars", type=int, default=2000)
@@ -105,6 +125,9 @@ def parse_args(argv=None):
     ap.add_argument("--quick", action="store_true",
                     help="CPU quick run: 2 iterations of 2 tasks x G=4, short turns, 2 eval rollouts of each held-out task")
     a = ap.parse_args(argv)
+    if a.env == "ClawEval-v0" and (a.warmup_sft or a.algorithm == "luffy"):
+        ap.error("--warmup-sft and --algorithm luffy need scripted demonstrations, which Hard20-v0 has for every "
+                 "task; on ClawEval-v0 oracles cover the hard20 families only (envs/claw_eval/oracles.py)")
     if a.quick:
         a.iterations, a.tasks_per_iteration, a.group_size = 2, 2, 4
         a.max_turns, a.max_new_tokens, a.eval_samples = 3, 64, 2
@@ -122,7 +145,8 @@ def main(argv=None):
         algo.stop()
     last = list(rows.values())[-1]
     print()
-    print(format_table({label: {"Hard20": s} for label, s in rows.items()}))
+    benchmark = "Hard20" if a.env == "Hard20-v0" else "ClawEval-Hard20"
+    print(format_table({label: {benchmark: s} for label, s in rows.items()}))
     print(f"\n({last['num_tasks']} held-out tasks x {last['n']} rollouts; total {time.time() - t0:.0f} s)")
     print(f"run directory: {algo.run_dir}")
 

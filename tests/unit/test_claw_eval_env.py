@@ -244,3 +244,21 @@ def test_hostile_arguments_are_statuses_never_exceptions(task_id):
         assert all(m.get("status") in (200, 404, 422, 500) or m["name"] == "error" for m in new), new
         assert all(len(m["content"]) <= 600 for m in new)
     assert len(env.actions) == env.config["max_turns"]  # graded at the turn limit, no exception
+
+
+def test_the_hard20_example_runs_claw_eval_with_the_policy_or_a_model_as_judge(tmp_path, monkeypatch):
+    from tests.conftest import example_config
+
+    argv = ["--env", "ClawEval-v0", "--claw-data-dir", str(tmp_path), "--engine", "hf"]
+    env = example_config("hard20", argv, monkeypatch)["environment"]
+    cfg = env["env_config"]
+    assert env["env"] == "ClawEval-v0" and cfg["tasks"] == "hard20" and cfg["data_dir"] == str(tmp_path)
+    # each task's own turn limit unless one is given; the policy judges, unreadable replies are errors
+    assert cfg["max_turns"] is None and cfg["judge"] == "policy" and cfg["judge_unreadable"] == "error"
+    cfg = example_config("hard20", [*argv, "--judge", str(tmp_path), "--max-turns", "5"], monkeypatch)[
+        "environment"]["env_config"]
+    assert (cfg["judge"], cfg["judge_model"], cfg["max_turns"]) == ("model", str(tmp_path), 5)
+    hard20 = example_config("hard20", ["--engine", "hf"], monkeypatch)["environment"]
+    assert hard20["env"] == "Hard20-v0" and hard20["env_config"]["max_turns"] == 12
+    with pytest.raises(SystemExit):  # no scripted demonstrations for every ClawEval task
+        example_config("hard20", [*argv, "--warmup-sft", "4"], monkeypatch)
