@@ -3,6 +3,13 @@
     python benchmarks/iteration.py --env Navigation-v0 --algorithm grpo --group-size 8 --tasks 4
     python benchmarks/iteration.py --env Navigation-v0 --algorithm rti --roles rules --iterations 2
     python benchmarks/iteration.py --env Navigation-v0 --algorithm rti --roles self --iterations 2
+    # the baselines: LUFFY with the env's oracle as teacher, OPD with a teacher model, AEPO
+    python benchmarks/iteration.py --algorithm luffy
+    python benchmarks/iteration.py --algorithm opd --teacher-model runs/warm_start-navigation/policy
+    python benchmarks/iteration.py --algorithm aepo
+    # one RTI iteration on Claw-Eval's own tasks from a copy, the policy as the graders' judge
+    python benchmarks/iteration.py --env ClawEval-v0 --algorithm rti --max-model-len 8192 \
+        --env-config '{"data_dir": "/path/to/claw-eval", "tasks": "hard20", "max_turns": 4, "judge": "policy"}'
 
 Peak memory is the largest sum of resident memory over this process and all its children
 (the Ray actors), sampled every 0.5 s. Prints a table per iteration and, for RTI, the
@@ -22,6 +29,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import psutil  # noqa: E402
+
+from rti_actors.cli import add_teacher_args, teacher_options  # noqa: E402
+from rti_actors.config import ALGORITHMS  # noqa: E402
 
 
 class PeakMemory(threading.Thread):
@@ -46,7 +56,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--env", default="Navigation-v0")
     ap.add_argument("--env-config", default='{"max_turns": 4, "max_tool_output_chars": 1500}')
-    ap.add_argument("--algorithm", default="grpo", choices=["grpo", "gspo", "rti"])
+    ap.add_argument("--algorithm", default="grpo", choices=ALGORITHMS)
+    add_teacher_args(ap)
     ap.add_argument("--roles", default="self")
     ap.add_argument("--verifier-llm", type=int, default=1)
     ap.add_argument("--ppl-threshold", type=float, default=5.0)
@@ -56,6 +67,7 @@ def main():
     ap.add_argument("--tasks", type=int, default=4)
     ap.add_argument("--iterations", type=int, default=1)
     ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--max-model-len", type=int, default=4096)
     ap.add_argument("--skip-zero-variance", type=int, default=1)
     ap.add_argument("--name", default=None)
     args = ap.parse_args()
@@ -67,11 +79,15 @@ def main():
     mem.start()
     t0 = time.perf_counter()
     algo = (RTIConfig().environment(args.env, env_config=json.loads(args.env_config))
-            .policy(model=args.model, engine=args.engine, max_new_tokens=args.max_new_tokens, max_model_len=4096)
+            .policy(model=args.model, engine=args.engine, max_new_tokens=args.max_new_tokens,
+                    max_model_len=args.max_model_len)
             .env_runners(num_env_runners=2, num_envs_per_env_runner=max(args.group_size * args.tasks // 2, 1))
             .training(algorithm=args.algorithm, group_size=args.group_size, tasks_per_iteration=args.tasks,
                       skip_zero_variance_groups=bool(args.skip_zero_variance))
             .interventions(roles=args.roles, verifier_llm=bool(args.verifier_llm), ppl_threshold=args.ppl_threshold)
+            # LUFFY's teacher is the env's oracle, given the turns it needs; OPD's a model or an
+            # endpoint (--teacher-*); the other algorithms read neither
+            .teacher(source="oracle", max_turns=30, **teacher_options(args))
             .reporting(run_name=f"bench-{name}-{int(time.time())}", tensorboard=False, plot=False).build())
     build_s = time.perf_counter() - t0
     rows = []
