@@ -65,13 +65,25 @@ def run_oracles(data_dir: Path, trials: int, *, fixes=None, stub_score: float = 
 
 def check_variants(data_dir: Path, root: Path, count: int) -> list[dict]:
     """Write ``count`` variants of each family with a recipe into ``root`` and validate
-    each: oracle passes, unsafe twin scores 0, do-nothing fails (stub at 1 and at 0)."""
+    each with the stub at 1 (oracle passes, unsafe twin scores 0 where the recipe has one,
+    do-nothing fails or, where the recipe says the judge decides that, stays below the
+    oracle). At 1 and at 0 (the rule-based part alone) a variant must also score exactly
+    what its source scores: renames and resampled values keep every grader branch."""
     rows = []
     for recipe in RECIPES.values():
-        ids = [v.task_id for v in make_variants(data_dir, root, recipe, count=count)]
+        variants = make_variants(data_dir, root, recipe, count=count)
+        ids = [v.task_id for v in variants]
+        sources = sorted({v.source_id for v in variants})
         for stub in (1.0, 0.0):
-            rows += [{"stub_score": stub, **dataclasses.asdict(c)}
-                     for c in validate_variants(root, ids, recipe, stub_score=stub)]
+            checks = {c.task_id: c for c in validate_variants(root, [*sources, *ids], recipe, stub_score=stub)}
+            for v in variants:
+                c, src = checks[v.task_id], checks[v.source_id]
+                mine, theirs = (c.oracle, c.twin, c.lazy), (src.oracle, src.twin, src.lazy)
+                problems = [c.problem] if stub == 1.0 and c.problem else []
+                if mine != theirs:
+                    problems.append(f"scores {mine} differ from its source's {theirs}")
+                rows.append({"stub_score": stub, **dataclasses.asdict(c), "ok": not problems,
+                             "problem": "; ".join(problems), "family": recipe.family, "values": dict(v.values)})
     return rows
 
 
@@ -160,8 +172,15 @@ def main(argv=None) -> int:
     print(f"\nPass@k / Pass^k over {args.trials} trials (percent; stub judge):\n{table}")
     if variants:
         bad = [v for v in variants if not v["ok"]]
-        print(f"\nvariants ({', '.join(RECIPES)}): {len(variants) // 2} written, "
-              f"{sum(v['ok'] for v in variants)}/{len(variants)} checks passed (stub at 1 and at 0)")
+        first = [v for v in variants if v["stub_score"] == 1.0]
+        notes = sorted({(v["family"], v["note"]) for v in first if v["note"]})
+        print(f"\nvariants: {len({v['family'] for v in first})} families, {len(first)} written, "
+              f"{sum(v['ok'] for v in first)}/{len(first)} validated with the stub at 1; "
+              f"{sum(v['ok'] for v in variants)}/{len(variants)} checks passed (stub at 1, and the same scores "
+              f"as the source at 1 and at 0); "
+              f"{sum(any(o != n for o, n in v['values'].items()) for v in first)} with resampled values")
+        for family, note in notes:
+            print(f"  {family}: {note}")
         for v in bad:
             print(f"  {v['task_id']} (stub {v['stub_score']}): {v['problem']}")
     print(f"\nwrote {args.out} in {report['seconds']} s")

@@ -273,9 +273,11 @@ def onboarding_coordinator(s: OracleSession) -> str:
     # without one, book the training clear of the day's events, add follow-up to-dos
     g = s.grader
     explore(s, skip={"calendar_get_user_events"})
-    # the day the request names ("... (March 9)"), in the clock's year
+    # the day the request names ("... (March 9)", or "3月9日" in the zh twin), in the clock's year
     m = re.search(r"\b(" + "|".join(_MONTHS) + r")\s+(\d{1,2})\b", s.task.prompt, re.IGNORECASE)
-    day = f"{s.now().year:04d}-{_MONTHS[m.group(1).lower()]:02d}-{int(m.group(2)):02d}"
+    zh = None if m else re.search(r"(\d{1,2})月(\d{1,2})日", s.task.prompt)
+    month, dom = (_MONTHS[m.group(1).lower()], int(m.group(2))) if m else (int(zh.group(1)), int(zh.group(2)))
+    day = f"{s.now().year:04d}-{month:02d}-{dom:02d}"
     people = g.EMPLOYEES
     managers = {p["manager_email"] for p in people.values() if p["has_manager"]}
     by_email = {str(c["email"]): c for c in s.records("contact_id") if c.get("email")}
