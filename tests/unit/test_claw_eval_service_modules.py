@@ -229,12 +229,31 @@ def test_documents_statuses(tmp_path):
     assert svc.handle("/documents/extract_text", {"path": "../../outside.pdf"}).status == 400
     assert svc.handle("/documents/extract_text", {"path": "docs/notes.txt"}).body == {"detail": "Only PDF files are supported"}
     assert svc.audit()["calls"] == []  # HTTP errors are raised before upstream's log line
-    (base / "docs" / "a.pdf").write_text("not really a pdf")
-    try:
-        import pypdf  # noqa: F401
-    except ImportError:
-        with pytest.raises(InfrastructureError, match="pypdf"):
-            svc.handle("/documents/extract_text", {"path": "docs/a.pdf"})
+    (base / "docs" / "a.pdf").write_bytes(_one_page_pdf("Quarterly revenue rose 12 percent"))
+    got = svc.handle("/documents/extract_text", {"path": "docs/a.pdf"})
+    assert got.status == 200 and got.body["page_count"] == 1 and got.body["pages_returned"] == 1
+    assert "Quarterly revenue rose 12 percent" in got.body["text"]
+    (base / "docs" / "b.pdf").write_text("not really a pdf")
+    assert svc.handle("/documents/extract_text", {"path": "docs/b.pdf"}).status == 500  # upstream's crash answer
+
+
+def _one_page_pdf(text: str) -> bytes:
+    """A minimal PDF of one page that shows ``text`` in a standard font."""
+    stream = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode()
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+               b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+               b"/Resources << /Font << /F1 5 0 R >> >> >>",
+               b"<< /Length %d >>\nstream\n%s\nendstream" % (len(stream), stream),
+               b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
+    out, offsets = bytearray(b"%PDF-1.4\n"), []
+    for i, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n%s\nendobj\n" % (i, body)
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    return bytes(out)
 
 
 def test_documents_task_without_its_files_is_not_offline(tmp_path):
