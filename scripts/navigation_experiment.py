@@ -6,25 +6,31 @@ arm is evaluated on a fixed held-out slice, the first ``--eval-tasks`` test task
 cover every waypoint-count x order-level cell once), twice: 4 samples at T = 0.8 (Pass@1,
 avg p@k, avg p^k) and once greedily. The start policy is evaluated the same way, once.
 
-How to run (hours on a CPU; one arm at a time, each checkpointed every iteration):
+The experiment runs as pieces, each kept under ``--out`` the moment it is done, so that
+it survives the machine it ran on: the start policy's two evaluations, then per arm its
+training (config, metrics, LoRA adapter) and its two evaluations. An arm is evaluated as
+the start policy with its kept adapter merged, on whichever machine does it.
+
+How to run (hours on a CPU; one piece at a time, each arm checkpointed every iteration):
 
     bash scripts/warm_start.sh navigation          # the start policy: runs/warm_start-navigation/policy
     python scripts/navigation_experiment.py
-    # interrupted? the same command continues each arm where it stopped; finished arms
-    # and evaluations are read back, not redone
+    # interrupted? the same command continues: kept pieces are read back, never redone, and
+    # an arm in training continues from its newest checkpoint
+    python scripts/navigation_experiment.py --keep-progress # before the machine goes: keep an
+                                                            # unfinished arm's checkpoint too
     python scripts/navigation_experiment.py --report-only   # tables and plots from what ran
 
 Results to expect, under --out (default results/navigation-cpu/): ``results.json`` (every
 arm's per-iteration metrics and held-out summaries with 95% bootstrap intervals over
 tasks), ``curves.png`` (success rate, pre-intervention Pass@G, learnable groups before and
 after intervention, accepted fixes and rescues, gate PPL of accepted fixes and the same
-fixes re-scored after each update), ``heldout.md`` (the table), ``commands.txt``, and per
-finished arm ``arms/<arm>/`` (its metrics, evaluations, recorded held-out rollouts and its
-LoRA adapter): what the report is made from, so a finished arm survives its run
-directory and is never run twice. With a
-135M model and a few iterations of 2 tasks the held-out intervals are wide: what the CPU
-scale can show is the mechanism (rescued groups, learnable groups gained, PPL of fixes
-falling), not a significant difference in Pass@1.
+fixes re-scored after each update), ``heldout.md`` (the table), ``commands.txt``, and the
+kept pieces under ``arms/`` (``start/`` and one folder per arm: evaluations with their
+recorded rollouts, metrics, adapter). With a 135M model and a few iterations of 2 tasks
+the held-out intervals are wide: what the CPU scale can show is the mechanism (rescued
+groups, learnable groups gained, PPL of fixes falling), not a significant difference in
+Pass@1.
 """
 
 from __future__ import annotations
@@ -42,8 +48,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rti_actors import RTIConfig  # noqa: E402
+from rti_actors.lora import merge_adapter  # noqa: E402
 from rti_actors.reporting import progress_line  # noqa: E402
-from rti_actors.resume import EVALUATIONS, build_resumable, evaluate_once  # noqa: E402
+from rti_actors.resume import EVALUATIONS, build_resumable  # noqa: E402
 
 # arm -> what differs from GRPO; the ablations run only when named with --arms
 ARMS = {
@@ -53,17 +60,19 @@ ARMS = {
     "rti-self-no-verifier": {"algorithm": "rti", "roles": "self", "verifier": False},
     "rti-self-no-gate": {"algorithm": "rti", "roles": "self", "ppl_threshold": math.inf},
 }
-KEPT = "arms"  # under --out: each finished arm's products
+KEPT = "arms"  # under --out: what each arm (and the start policy) has finished
+START = "start"  # the start policy's evaluations, kept beside the arms'
+PROGRESS = "progress"  # an unfinished arm's newest checkpoint, kept by --keep-progress
 EVALS = {"sampled": {"num_samples": 4, "temperature": 0.8}, "greedy": {"num_samples": 1, "temperature": 0.0}}
 
 
-def arm_config(args, arm: str) -> RTIConfig:
+def arm_config(args, arm: str, policy: Path) -> RTIConfig:
     spec = dict(ARMS[arm])
     algorithm = spec.pop("algorithm")
     cfg = (RTIConfig()
            .environment("Navigation-v0", env_config={"language": "en", "max_turns": 14, "page_size": 3,
                                                      "poi_extensions": "base"})
-           .policy(model=str(args.policy), engine="vllm", max_new_tokens=320, max_model_len=8192, temperature=0.8)
+           .policy(model=str(policy), engine="vllm", max_new_tokens=320, max_model_len=8192, temperature=0.8)
            .env_runners(num_env_runners=2, num_envs_per_env_runner=4)
            .training(algorithm=algorithm, group_size=args.group_size, tasks_per_iteration=args.tasks_per_iteration,
                      lr=args.lr)
@@ -74,46 +83,92 @@ def arm_config(args, arm: str) -> RTIConfig:
     return cfg.interventions(**spec) if algorithm == "rti" else cfg
 
 
-def evaluate(algo, label: str, run: Path, **overrides) -> None:
-    """One recorded held-out evaluation, done once: an evaluation cut short before it was
-    recorded as done leaves no partial rollouts behind for the intervals."""
-    record = run / f"eval-{label}.jsonl"
-    done = run / EVALUATIONS
-    if label not in (json.loads(done.read_text()) if done.is_file() else {}):
-        record.unlink(missing_ok=True)
-    evaluate_once(algo, label, record_path=record, **overrides)
+def kept_dir(args, name: str) -> Path:
+    return args.out / KEPT / name
 
 
-def run_arm(args, arm: str) -> None:
-    run, kept = args.runs / arm, args.out / KEPT / arm
-    if (kept / EVALUATIONS).is_file():
-        print(f"[{arm}] done: {kept}")
+def kept_evaluations(kept: Path) -> dict:
+    path = kept / EVALUATIONS
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def train_arm(args, arm: str) -> None:
+    """The arm's iterations from the start policy, kept when all are done (config, metrics,
+    adapter). It continues from its run directory's newest checkpoint, or else from the
+    progress ``--keep-progress`` kept on an earlier machine."""
+    run, kept = args.runs / arm, kept_dir(args, arm)
+    if (kept / "adapter").is_dir():
         return
+    if not (run / "checkpoints").is_dir() and (kept / PROGRESS).is_dir():
+        run.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(kept / PROGRESS / "checkpoints", run / "checkpoints")
+        shutil.copy2(kept / PROGRESS / "metrics.jsonl", run / "metrics.jsonl")
     resume = argparse.Namespace(checkpoint_every=1, checkpoint_keep=1,
                                 resume=str(run) if (run / "checkpoints").is_dir() else None)
-    algo = build_resumable(arm_config(args, arm), resume)
+    algo = build_resumable(arm_config(args, arm, args.policy), resume)
     try:
-        if arm == "grpo" and algo.iteration == 0:  # the start policy, before any update
-            for name, e in EVALS.items():
-                evaluate(algo, f"start-{name}", run, **e)
         for _ in range(args.iterations - algo.iteration):
             print(f"[{arm}] {progress_line(algo.train())}", flush=True)
-        for name, e in EVALS.items():
-            evaluate(algo, f"{arm}-{name}", run, **e)
         algo.export_policy(run / "policy")
     finally:
         algo.stop()
-    keep(run, kept)
-
-
-def keep(run: Path, kept: Path) -> None:
-    """What the report reads, copied out of the run directory (evaluations.json last: its
-    presence marks the arm done), with the arm's adapter instead of its merged weights."""
     kept.mkdir(parents=True, exist_ok=True)
-    for f in ["config.json", "metrics.jsonl", *sorted(x.name for x in run.glob("eval-*.jsonl"))]:
+    for f in ("config.json", "metrics.jsonl"):
         shutil.copy2(run / f, kept / f)
-    shutil.copytree(run / "policy" / "adapter", kept / "adapter", dirs_exist_ok=True)
-    shutil.copy2(run / EVALUATIONS, kept / EVALUATIONS)
+    shutil.copytree(run / "policy" / "adapter", kept / "adapter.tmp", dirs_exist_ok=True)
+    (kept / "adapter.tmp").rename(kept / "adapter")  # its presence marks the training done
+    shutil.rmtree(kept / PROGRESS, ignore_errors=True)
+
+
+def arm_policy(args, arm: str) -> Path:
+    """The arm's trained policy: the start policy with the arm's kept adapter merged, so an
+    arm is evaluated the same way on the machine that trained it and on any other."""
+    out = args.runs / f"{arm}-policy"
+    if not (out / ".complete").is_file():
+        shutil.rmtree(out, ignore_errors=True)
+        merge_adapter(str(args.policy), str(kept_dir(args, arm) / "adapter"), str(out))
+        (out / ".complete").touch()
+    return out
+
+
+def evaluate_policy(args, name: str, policy: Path) -> None:
+    """Each evaluation of ``EVALS`` that ``name`` lacks: ``policy`` on the held-out slice,
+    its rollouts recorded, kept as soon as it is done (one cut short is redone whole)."""
+    kept = kept_dir(args, name)
+    todo = [label for label in EVALS if f"{name}-{label}" not in kept_evaluations(kept)]
+    if not todo:
+        return
+    run = args.runs / f"{name}-eval"
+    shutil.rmtree(run, ignore_errors=True)
+    algo = arm_config(args, "grpo", policy).reporting(run_dir=str(args.runs), run_name=run.name).build()
+    try:
+        for label in todo:
+            full, record = f"{name}-{label}", run / f"eval-{name}-{label}.jsonl"
+            summary = algo.evaluate(method=full, record_path=record, **EVALS[label])
+            print(f"[{name}] {label}: p@1 {summary['p@1']:.3f} on {summary['num_tasks']} tasks", flush=True)
+            kept.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(record, kept / record.name)
+            done = kept_evaluations(kept)
+            done[full] = {k: v for k, v in summary.items() if k != "table"}
+            (kept / EVALUATIONS).write_text(json.dumps(done, indent=2, default=str))
+    finally:
+        algo.stop()
+
+
+def keep_progress(args, arms: list[str]) -> None:
+    """The newest checkpoint (and metrics so far) of each arm still training, kept under
+    ``--out`` for a later session on another machine to continue from (LoRA's checkpoint
+    is tens of MB: keep it only when a session ends mid-arm; it goes once the arm is done)."""
+    for arm in arms:
+        run, kept = args.runs / arm, kept_dir(args, arm)
+        checkpoints = sorted((run / "checkpoints").glob("iter_*")) if (run / "checkpoints").is_dir() else []
+        if (kept / "adapter").is_dir() or not checkpoints:
+            continue
+        dst = kept / PROGRESS
+        shutil.rmtree(dst, ignore_errors=True)
+        shutil.copytree(checkpoints[-1], dst / "checkpoints" / checkpoints[-1].name)
+        shutil.copy2(run / "metrics.jsonl", dst / "metrics.jsonl")
+        print(f"[{arm}] progress kept: {dst} ({checkpoints[-1].name})")
 
 
 def bootstrap(per_task: dict[str, list[bool]], stat, n: int = 2000, seed: int = 0) -> list[float]:
@@ -140,17 +195,17 @@ def heldout(path: Path) -> dict | None:
 
 def collect(args) -> dict:
     out = {}
-    for arm in ARMS:
-        run = args.out / KEPT / arm
-        if not (run / EVALUATIONS).is_file():
-            run = args.runs / arm  # an arm still running: its curves so far
-        if not (run / "metrics.jsonl").is_file():
+    for name in (START, *ARMS):
+        kept = kept_dir(args, name)
+        # an arm still training: its curves so far (this machine's run, else the kept progress)
+        metrics = next((d / "metrics.jsonl" for d in (kept, args.runs / name, kept / PROGRESS)
+                        if (d / "metrics.jsonl").is_file()), None)
+        evals = kept_evaluations(kept)
+        if metrics is None and not evals:
             continue
-        rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-        evals = json.loads((run / EVALUATIONS).read_text()) if (run / EVALUATIONS).is_file() else {}
-        out[arm] = {"train": [r for r in rows if r["kind"] == "train"],
-                    "heldout": {k: {**{m: v for m, v in s.items() if m != "table"},
-                                    **(heldout(run / f"eval-{k}.jsonl") or {})} for k, s in evals.items()}}
+        rows = [json.loads(x) for x in metrics.read_text().splitlines()] if metrics else []
+        out[name] = {"train": [r for r in rows if r["kind"] == "train"],
+                     "heldout": {k: {**s, **(heldout(kept / f"eval-{k}.jsonl") or {})} for k, s in evals.items()}}
     return out
 
 
@@ -218,19 +273,25 @@ def main(argv=None) -> None:
     ap.add_argument("--runs", type=Path, default=Path("runs/navigation-experiment"))
     ap.add_argument("--out", type=Path, default=Path("results/navigation-cpu"))
     ap.add_argument("--report-only", action="store_true")
+    ap.add_argument("--keep-progress", action="store_true",
+                    help="keep each unfinished arm's newest checkpoint under --out (before this machine goes)")
     args = ap.parse_args(argv)
     arms = args.arms.split(",")
     unknown = [a for a in arms if a not in ARMS]
     if unknown:
         raise SystemExit(f"--arms: unknown {unknown}; choose from {list(ARMS)}")
+    if args.keep_progress:
+        return keep_progress(args, arms)
     if not args.report_only:
         if not (args.policy / "config.json").is_file():
             raise SystemExit(f"--policy {args.policy}: no model folder; make it with `bash scripts/warm_start.sh "
                              "navigation` (it rebuilds the kept warm start in seconds)")
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "commands.txt").write_text("python " + shlex.join(sys.argv) + "\n")
+        evaluate_policy(args, START, args.policy)
         for arm in arms:
-            run_arm(args, arm)
+            train_arm(args, arm)
+            evaluate_policy(args, arm, arm_policy(args, arm))
     report(args)
 
 

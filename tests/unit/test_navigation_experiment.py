@@ -1,7 +1,10 @@
-"""The experiment script's reporting half on hand-made run directories: the held-out
+"""The experiment script's pieces on hand-made folders: what is kept is read back and never
+run again, an unfinished arm's kept progress is where it continues, and the held-out
 numbers and their intervals come from the recorded rollouts, the curves from metrics.jsonl."""
 
+import argparse
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -11,34 +14,50 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import navigation_experiment as ne  # noqa: E402
 
 
-def _run(root: Path, arm: str, rewards: dict[str, list[float]], train_rows: list[dict]) -> None:
-    run = root / arm
-    run.mkdir(parents=True)
-    (run / "metrics.jsonl").write_text("".join(json.dumps({"kind": "train", **r}) + "\n" for r in train_rows))
-    label = f"{arm}-sampled"
+def _evaluated(kept: Path, name: str, rewards: dict[str, list[float]], label: str = "sampled") -> None:
+    """``name``'s evaluation ``label`` kept as a finished one is."""
+    kept.mkdir(parents=True, exist_ok=True)
+    full = f"{name}-{label}"
     lines = [json.dumps({"task_id": t, "reward": r}) for t, rs in rewards.items() for r in rs]
-    (run / f"eval-{label}.jsonl").write_text("\n".join(lines) + "\n")
-    (run / "evaluations.json").write_text(json.dumps({label: {"p@1": 0.0, "avg_p@k": 0.1, "avg_p^k": 0.05,
-                                                              "num_tasks": len(rewards), "table": "x"}}))
+    (kept / f"eval-{full}.jsonl").write_text("\n".join(lines) + "\n")
+    done = ne.kept_evaluations(kept)
+    done[full] = {"p@1": 0.0, "avg_p@k": 0.1, "avg_p^k": 0.05, "num_tasks": len(rewards)}
+    (kept / ne.EVALUATIONS).write_text(json.dumps(done))
 
 
-def test_report_reads_every_arm_and_bounds_pass_at_1(tmp_path):
-    _run(tmp_path / "runs", "grpo", {"a": [1, 0, 0, 0], "b": [0, 0, 0, 0]},
-         [{"step": 1, "success_rate": 0.1}, {"step": 2, "success_rate": 0.2}])
-    _run(tmp_path / "runs", "rti-rules", {"a": [1, 1, 0, 0], "b": [1, 0, 0, 0]},
-         [{"step": 1, "success_rate": 0.3, "rti/accepted": 2, "rti/ppl_fixes_now": 2.5}])
+def _trained(kept: Path, train_rows: list[dict]) -> None:
+    kept.mkdir(parents=True, exist_ok=True)
+    (kept / "metrics.jsonl").write_text("".join(json.dumps({"kind": "train", **r}) + "\n" for r in train_rows))
+    (kept / "config.json").write_text("{}")
+    (kept / "adapter").mkdir()
+
+
+def _policy(tmp_path: Path) -> Path:
+    policy = tmp_path / "policy"
+    policy.mkdir()
+    (policy / "config.json").write_text("{}")
+    return policy
+
+
+def test_report_reads_every_kept_piece_and_bounds_pass_at_1(tmp_path):
+    arms = tmp_path / "out" / ne.KEPT
+    _evaluated(arms / "start", "start", {"a": [0, 0, 0, 0], "b": [0, 0, 0, 0]})
+    _trained(arms / "grpo", [{"step": 1, "success_rate": 0.1}, {"step": 2, "success_rate": 0.2}])
+    _evaluated(arms / "grpo", "grpo", {"a": [1, 0, 0, 0], "b": [0, 0, 0, 0]})
+    _trained(arms / "rti-rules", [{"step": 1, "success_rate": 0.3, "rti/accepted": 2, "rti/ppl_fixes_now": 2.5}])
+    _evaluated(arms / "rti-rules", "rti-rules", {"a": [1, 1, 0, 0], "b": [1, 0, 0, 0]})
     out = tmp_path / "out"
     ne.main(["--report-only", "--runs", str(tmp_path / "runs"), "--out", str(out)])
     res = json.loads((out / "results.json").read_text())
-    assert list(res) == ["grpo", "rti-rules"]  # ARMS order, only the arms that ran
+    assert list(res) == ["start", "grpo", "rti-rules"]  # the start policy, then ARMS order
     grpo = res["grpo"]["heldout"]["grpo-sampled"]
     assert grpo["p@1"] == pytest.approx((0.25 + 0.0) / 2)  # from the rollouts, not the stored summary
     lo, hi = grpo["p@1_ci95"]
     assert 0.0 <= lo <= grpo["p@1"] <= hi <= 0.25
     assert res["rti-rules"]["heldout"]["rti-rules-sampled"]["p@1"] == pytest.approx((0.5 + 0.25) / 2)
-    assert [r["step"] for r in res["grpo"]["train"]] == [1, 2]
+    assert [r["step"] for r in res["grpo"]["train"]] == [1, 2] and res["start"]["train"] == []
     table = (out / "heldout.md").read_text()
-    assert "| rti-rules | sampled | 37.5 [" in table
+    assert "| rti-rules | sampled | 37.5 [" in table and "| start | sampled | 0.0 [" in table
     assert (out / "curves.png").stat().st_size > 0
 
 
@@ -47,29 +66,64 @@ def test_unknown_arm_is_refused(tmp_path):
         ne.main(["--arms", "grpo,ppo", "--runs", str(tmp_path), "--out", str(tmp_path)])
 
 
-def test_a_kept_arm_is_reported_and_never_run_again(tmp_path, monkeypatch):
-    # an arm's run directory, kept under --out the way a finished arm is, then the run
-    # directory gone (a fresh machine): the report still reads it, and a new call does
-    # not build the arm again
-    _run(tmp_path / "runs", "grpo", {"a": [1, 0, 0, 0]}, [{"step": 1, "success_rate": 0.25}])
-    run = tmp_path / "runs" / "grpo"
-    (run / "config.json").write_text("{}")
-    (run / "policy" / "adapter").mkdir(parents=True)
-    (run / "policy" / "adapter" / "adapter_config.json").write_text("{}")
+def test_kept_pieces_are_never_run_again(tmp_path, monkeypatch):
+    # everything kept under --out and no run directory (a fresh machine): nothing is built,
+    # only the missing arm policy would be merged, and the report reads what was kept
     out = tmp_path / "out"
-    ne.keep(run, out / ne.KEPT / "grpo")
-    assert sorted(p.name for p in (out / ne.KEPT / "grpo").iterdir()) == [
-        "adapter", "config.json", "eval-grpo-sampled.jsonl", "evaluations.json", "metrics.jsonl"]
-    import shutil
-    shutil.rmtree(tmp_path / "runs")
-    policy = tmp_path / "policy"
-    policy.mkdir()
-    (policy / "config.json").write_text("{}")
-    monkeypatch.setattr(ne, "build_resumable", lambda *a: pytest.fail("a kept arm was built again"))
-    ne.main(["--arms", "grpo", "--policy", str(policy), "--runs", str(tmp_path / "runs"), "--out", str(out)])
+    for name in ("start", "grpo"):
+        for label in ne.EVALS:
+            _evaluated(out / ne.KEPT / name, name, {"a": [1, 0, 0, 0]}, label)
+    _trained(out / ne.KEPT / "grpo", [{"step": 1, "success_rate": 0.25}])
+    monkeypatch.setattr(ne, "build_resumable", lambda *a: pytest.fail("a kept arm was trained again"))
+    monkeypatch.setattr(ne.RTIConfig, "build", lambda self: pytest.fail("a kept evaluation was run again"))
+    monkeypatch.setattr(ne, "merge_adapter", lambda *a: Path(a[2]).mkdir(parents=True))
+    ne.main(["--arms", "grpo", "--policy", str(_policy(tmp_path)), "--runs", str(tmp_path / "runs"), "--out", str(out)])
     res = json.loads((out / "results.json").read_text())
-    assert res["grpo"]["heldout"]["grpo-sampled"]["p@1"] == pytest.approx(0.25)
+    assert res["grpo"]["heldout"]["grpo-greedy"]["p@1"] == pytest.approx(0.25)
     assert res["grpo"]["train"] == [{"kind": "train", "step": 1, "success_rate": 0.25}]
+
+
+def test_an_unfinished_arm_continues_from_its_kept_progress(tmp_path, monkeypatch):
+    args = argparse.Namespace(runs=tmp_path / "runs", out=tmp_path / "out", policy=_policy(tmp_path), iterations=3,
+                              group_size=4, tasks_per_iteration=2, lr=1e-4, lora_rank=8, eval_tasks=35, seed=0)
+    run = args.runs / "rti-self"
+    (run / "checkpoints" / "iter_000001").mkdir(parents=True)
+    (run / "checkpoints" / "iter_000002").mkdir()
+    (run / "checkpoints" / "iter_000002" / "checkpoint.json").write_text('{"iteration": 2}')
+    (run / "metrics.jsonl").write_text('{"kind": "train", "step": 1}\n{"kind": "train", "step": 2}\n')
+    ne.keep_progress(args, ["grpo", "rti-self"])  # grpo has not started: nothing to keep
+    kept = ne.kept_dir(args, "rti-self") / ne.PROGRESS
+    assert sorted(p.name for p in (kept / "checkpoints").iterdir()) == ["iter_000002"]  # the newest only
+    assert not ne.kept_dir(args, "grpo").exists()
+    shutil.rmtree(args.runs)  # the machine went; a new one continues from the kept progress
+
+    class Algo:
+        iteration = 2
+
+        def train(self):
+            Algo.iteration += 1
+            return {"iteration": Algo.iteration}
+
+        def export_policy(self, path):
+            (Path(path) / "adapter").mkdir(parents=True)
+            (Path(path) / "adapter" / "adapter_config.json").write_text("{}")
+
+        def stop(self):
+            pass
+
+    resumed = []
+
+    def build(cfg, a):  # as the real build: the run directory gets its config
+        resumed.append(a.resume)
+        (run / "config.json").write_text("{}")
+        return Algo()
+    monkeypatch.setattr(ne, "build_resumable", build)
+    monkeypatch.setattr(ne, "progress_line", str)
+    ne.train_arm(args, "rti-self")
+    assert resumed == [str(run)] and Algo.iteration == 3  # one iteration left, not three
+    assert (run / "checkpoints" / "iter_000002" / "checkpoint.json").is_file()
+    done = ne.kept_dir(args, "rti-self")
+    assert (done / "adapter" / "adapter_config.json").is_file() and not (done / ne.PROGRESS).exists()
 
 
 def test_a_missing_start_policy_says_how_to_make_it(tmp_path):
