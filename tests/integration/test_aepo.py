@@ -40,21 +40,25 @@ def chatter_env(cfg):
     return ChatterEnv(cfg)
 
 
-def test_one_iteration_branches_within_the_budget_trains_and_checkpoints(ray_cluster, tiny_model_path, tmp_path,
-                                                                         monkeypatch):
+def _branching(tiny_model_path, tmp_path, name, monkeypatch):
     # A random tiny model never writes a tool call: count every turn the episode went on after as
     # one, so that branches are taken through the real runners (the planning runs in the driver).
     monkeypatch.setattr(aepo_module, "tool_call_steps", lambda t: list(range(t.num_turns - 1)))
-    cfg = (RTIConfig()
-           .environment(chatter_env, env_config={})
-           .policy(model=tiny_model_path, engine="hf", max_new_tokens=8, max_model_len=1024)
-           .env_runners(num_env_runners=2, num_envs_per_env_runner=2)
-           .training(algorithm="aepo", group_size=4, tasks_per_iteration=2, lr=1e-4,
-                     skip_zero_variance_groups=False)
-           # threshold 0 and no entropy term: every decision branches while budget is left
-           .aepo(initial_rollouts=2, branch_threshold=0.0, entropy_weight=0.0)
-           .learners(backend="deepspeed", zero_stage=0)
-           .reporting(run_dir=str(tmp_path), run_name="aepo", tensorboard=False, plot=False))
+    return (RTIConfig()
+            .environment(chatter_env, env_config={})
+            .policy(model=tiny_model_path, engine="hf", max_new_tokens=8, max_model_len=1024)
+            .env_runners(num_env_runners=2, num_envs_per_env_runner=2)
+            .training(algorithm="aepo", group_size=4, tasks_per_iteration=2, lr=1e-4,
+                      skip_zero_variance_groups=False)
+            # threshold 0 and no entropy term: every decision branches while budget is left
+            .aepo(initial_rollouts=2, branch_threshold=0.0, entropy_weight=0.0)
+            .learners(backend="deepspeed", zero_stage=0)
+            .reporting(run_dir=str(tmp_path), run_name=name, tensorboard=False, plot=False))
+
+
+def test_one_iteration_branches_within_the_budget_trains_and_checkpoints(ray_cluster, tiny_model_path, tmp_path,
+                                                                         monkeypatch):
+    cfg = _branching(tiny_model_path, tmp_path, "aepo", monkeypatch)
     algo = cfg.build()
     seen, samples = [], []
     assign = algorithm_module.assign_advantages
@@ -96,32 +100,16 @@ def test_a_runner_that_dies_while_branching_loses_no_branch(ray_cluster, tiny_mo
     # Ray does not retry the call here (max_task_retries=0), so the driver's own retry path in
     # _branch is what plays the lost shard again, on the next runner; seeded branches make the
     # disturbed iteration equal to an undisturbed one.
-    from tests.integration.test_faults import _kill_after_send
-
-    monkeypatch.setattr(aepo_module, "tool_call_steps", lambda t: list(range(t.num_turns - 1)))
+    from tests.integration.test_faults import _kill_after_send, train_disturbed
 
     def config(name):
-        return (RTIConfig()
-                .environment(chatter_env, env_config={})
-                .policy(model=tiny_model_path, engine="hf", max_new_tokens=8, max_model_len=1024)
-                .env_runners(num_env_runners=2, num_envs_per_env_runner=2)
-                .training(algorithm="aepo", group_size=4, tasks_per_iteration=2, lr=1e-4,
-                          skip_zero_variance_groups=False)
-                .aepo(initial_rollouts=2, branch_threshold=0.0, entropy_weight=0.0)
-                .fault_tolerance(max_restarts=3, max_task_retries=0)
-                .reporting(run_dir=str(tmp_path), run_name=name, tensorboard=False, plot=False))
+        return _branching(tiny_model_path, tmp_path, name, monkeypatch).fault_tolerance(max_restarts=3,
+                                                                                         max_task_retries=0)
 
-    ref = config("undisturbed").build()
-    try:
-        want = ref.train()
-    finally:
-        ref.stop()
-    algo = config("disturbed").build()
-    try:
+    def disturb(algo):
         algo.runners = [_kill_after_send(algo.runners[0], "continue_from"), *algo.runners[1:]]
-        got = algo.train()
-    finally:
-        algo.stop()
+
+    want, got = train_disturbed(config, disturb)
     assert got["faults/redone/rollout_chunks"] >= 1 and got["faults/restarts/env_runner"] == 1
     assert got["aepo/branches"] == want["aepo/branches"] == 4 and got["aepo/replay_errors"] == 0
     assert got["reward_mean"] == want["reward_mean"] and got["num_episodes"] == want["num_episodes"] == 8

@@ -154,6 +154,21 @@ def _kill_after_send(actor, method: str):
     return Handle()
 
 
+def train_disturbed(config, disturb) -> tuple[dict, dict]:
+    """One iteration of ``config("undisturbed")`` and one of ``config("disturbed")`` after
+    ``disturb(algo)`` wrapped its actors: (undisturbed metrics, disturbed metrics)."""
+    out = []
+    for name in ("undisturbed", "disturbed"):
+        algo = config(name).build()
+        try:
+            if name == "disturbed":
+                disturb(algo)
+            out.append(algo.train())
+        finally:
+            algo.stop()
+    return out[0], out[1]
+
+
 def test_rti_roles_gate_and_continuing_runner_crash_and_nothing_is_lost(ray_cluster, tiny_model_path, tmp_path):
     def config(name):
         return (RTIConfig()
@@ -166,20 +181,13 @@ def test_rti_roles_gate_and_continuing_runner_crash_and_nothing_is_lost(ray_clus
                 .fault_tolerance(max_restarts=3, max_task_retries=3)
                 .reporting(run_dir=str(tmp_path), run_name=name, tensorboard=False, plot=False))
 
-    ref = config("undisturbed").build()
-    try:
-        want = ref.train()
-    finally:
-        ref.stop()
-    algo = config("disturbed").build()
-    iv = algo.intervention
-    try:
+    def disturb(algo):
+        iv = algo.intervention
         iv.roles = [_kill_after_send(a, "validate") for a in iv.roles]
         iv.gate = _kill_after_send(iv.gate, "score_many")
         iv.runners = [_kill_after_send(iv.runners[0], "continue_from"), *iv.runners[1:]]
-        got = algo.train()
-    finally:
-        algo.stop()
+
+    want, got = train_disturbed(config, disturb)
     assert want["rti/accepted"] >= 1 and want["rti/continued"] >= 1
     for key in ("rti/triggered_groups", "rti/candidates", "rti/accepted", "rti/continued", "reward_mean"):
         assert got[key] == want[key], key
