@@ -2,15 +2,13 @@
 bounded retries, the backends (a local test server for "endpoint"), and its use by a
 task's grader through ClawEvalEnv."""
 
-import http.server
-import json
-import threading
 from pathlib import Path
 
 import pytest
 
 from envs.claw_eval import ClawEvalEnv
 from envs.claw_eval.judge import STUB_LABEL, ClawJudge, JudgeUnavailable, make_judge, parse_score
+from tests.fake_openai import serve
 
 SYNTHETIC = Path(__file__).resolve().parents[1] / "data" / "claw_eval"
 
@@ -76,43 +74,21 @@ def test_make_judge_backends_and_errors():
         make_judge({"judge": "stub", "judge_attempts": 0})
 
 
-class _Judge(http.server.BaseHTTPRequestHandler):
-    seen: list = []
-
-    def do_POST(self):  # noqa: N802
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        _Judge.seen.append((self.path, body))
-        reply = json.dumps({"choices": [{"message": {"content": '{"score": 0.5, "reasoning": "partly"}'}}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(reply)))
-        self.end_headers()
-        self.wfile.write(reply)
-
-    def log_message(self, *args):
-        pass
-
-
 def test_endpoint_judge_grades_a_task_through_the_env():
-    server = http.server.HTTPServer(("127.0.0.1", 0), _Judge)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        base = f"http://127.0.0.1:{server.server_port}/v1"
+    reply = {"choices": [{"message": {"content": '{"score": 0.5, "reasoning": "partly"}'}}]}
+    with serve(lambda path, headers, body: reply) as judge:
         env = ClawEvalEnv({"data_dir": str(SYNTHETIC), "split": "all", "judge": "endpoint",
-                           "judge_endpoint": {"base_url": base, "model": "judge-m", "api_key_env": None}})
+                           "judge_endpoint": {"base_url": judge.base_url, "model": "judge-m", "api_key_env": None}})
         env.reset(options={"task_id": "T001zh_parcel_desk"})
         env.step('<tool_call>{"name": "helpdesk_list_tickets", "arguments": {}}</tool_call>')
         _, reward, done, _, info = env.step("PK-1：退款。PK-2：补发标签。")
         assert done and info["judge"] == "endpoint:judge-m"
         assert info["reward_breakdown"]["completion"] == pytest.approx(0.6 + 0.4 * 0.5)
-        path, body = _Judge.seen[-1]
+        path, _, body = judge.seen[-1]
         prompt = body["messages"][0]["content"]
         assert path == "/v1/chat/completions" and body["model"] == "judge-m" and body["temperature"] == 0.0
         # the grader hands the judge user and assistant text only, as upstream's do
         assert "PK-1：退款" in prompt and "helpdesk_list_tickets" not in prompt
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_unreadable_replies_fail_by_default_and_score_zero_when_asked():

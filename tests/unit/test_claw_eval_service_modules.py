@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from envs.base import InfrastructureError
 from envs.claw_eval import load_task
 from envs.claw_eval.mock import Clock, ServiceHost
 from envs.claw_eval.services import SERVICES

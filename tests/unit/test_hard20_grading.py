@@ -1,9 +1,7 @@
 """Hard20 grading: the Claw-Eval formula, the safety gate and essential checks on crafted
 runs, robustness under injected faults, the pluggable judge and its cache, the evidence."""
 
-import http.server
 import json
-import threading
 
 import pytest
 
@@ -13,6 +11,7 @@ from envs.hard20.judge import RubricJudge, make_judge, parse_verdict
 from envs.hard20.suite import spec_for
 from envs.openai_client import OpenAIChatClient
 from envs.tool_calls import format_tool_call
+from tests.fake_openai import serve
 
 TASK = "hard20-inbox_triage"
 
@@ -189,42 +188,20 @@ def test_judge_config_errors_are_clear(config, needle):
         make_judge(config)
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    seen: list = []
-
-    def do_POST(self):  # noqa: N802
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        _Handler.seen.append((self.path, self.headers.get("Authorization"), body))
-        reply = json.dumps({"choices": [{"message": {"content": '{"pass": true}'}}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(reply)))
-        self.end_headers()
-        self.wfile.write(reply)
-
-    def log_message(self, *args):
-        pass
-
-
 def test_endpoint_judge_talks_openai_chat_completions():
-    server = http.server.HTTPServer(("127.0.0.1", 0), _Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        base = f"http://127.0.0.1:{server.server_port}/v1"
+    reply = {"choices": [{"message": {"content": '{"pass": true}'}}]}
+    with serve(lambda path, headers, body: reply) as judge:
         env = Hard20Env({"split": "test", "judge": "endpoint",
-                         "judge_endpoint": {"base_url": base, "model": "judge-m", "api_key": "sk-test"}})
+                         "judge_endpoint": {"base_url": judge.base_url, "model": "judge-m", "api_key": "sk-test"}})
         spec = spec_for(TASK)
         _, info = play(env, spec.oracle, spec.answer)
         assert info["judge"] == "endpoint:judge-m" and info["reward_breakdown"]["rubric"][0]["source"] == "judge"
-        path, auth, body = _Handler.seen[-1]
-        assert path == "/v1/chat/completions" and auth == "Bearer sk-test"
+        path, headers, body = judge.seen[-1]
+        assert path == "/v1/chat/completions" and headers.get("Authorization") == "Bearer sk-test"
         assert body["model"] == "judge-m" and body["temperature"] == 0.0 and body["messages"][0]["role"] == "user"
         assert "sk-test" not in repr(env.judge.judge_fn)
-    finally:
-        server.shutdown()
-        server.server_close()
-    with pytest.raises(RuntimeError, match="unreachable"):
-        OpenAIChatClient(base, "judge-m", timeout=2)("hello")
+    with pytest.raises(RuntimeError, match="unreachable"):  # the server is gone
+        OpenAIChatClient(judge.base_url, "judge-m", timeout=2)("hello")
 
 
 def test_reward_evidence_holds_rubric_rules_and_facts_never_shown_to_the_policy(env):

@@ -2,8 +2,6 @@
 the learner's per-token advantages, the endpoint teacher on a loopback server, the config."""
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from types import SimpleNamespace
 
 import pytest
@@ -13,6 +11,7 @@ import rti_actors.opd as opd
 from rti_actors.config import ConfigError, RTIConfig
 from rti_actors.opd import Distiller, ScoreSpan, score_span, token_advantages, tokenizer_mismatch
 from rti_actors.trajectory import Trajectory, learner_sample
+from tests.fake_openai import serve
 
 # a trajectory: prompt (3), a turn of 2 tokens + eos, a tool result (2), a turn of 1 token + eos
 MASK = [0, 0, 0, 1, 1, 1, 0, 0, 1, 1]
@@ -174,56 +173,39 @@ def test_same_tokenizer_passes_and_another_vocabulary_is_named(tokenizer, tiny_m
 
 
 # ---- the endpoint teacher, on a loopback server -------------------------------------------------
-SERVER = {"tokenizer": None, "shift": 0, "bodies": []}
+SERVER = {"tokenizer": None, "shift": 0}
 
 
-class _Completions(BaseHTTPRequestHandler):
+def _completions(path, headers, body):
     """/v1/completions with echo: log-prob of prompt token k is -(k + id / 1000); token texts are
     the tokenizer's decode of each id (shifted by ``shift``: another tokenizer reading them)."""
-
-    def log_message(self, *args):
-        pass
-
-    def do_GET(self):
-        self.send_response(200)
-        self.end_headers()
-        self.wfile.write(b'{"data": []}')
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        SERVER["bodies"].append((self.path, body))
-        ids = body["prompt"]
-        tok = SERVER["tokenizer"]
-        texts = [tok.decode([i + SERVER["shift"]]) for i in ids] + ["x"]
-        lps = [None] + [-(k + i / 1000) for k, i in enumerate(ids) if k > 0] + [-0.1]
-        out = json.dumps({"choices": [{"text": "", "logprobs": {"tokens": texts, "token_logprobs": lps}}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.end_headers()
-        self.wfile.write(out)
+    ids = body["prompt"]
+    tok = SERVER["tokenizer"]
+    texts = [tok.decode([i + SERVER["shift"]]) for i in ids] + ["x"]
+    lps = [None] + [-(k + i / 1000) for k, i in enumerate(ids) if k > 0] + [-0.1]
+    return {"choices": [{"text": "", "logprobs": {"tokens": texts, "token_logprobs": lps}}]}
 
 
 @pytest.fixture(scope="module")
 def completions_server():
-    server = HTTPServer(("127.0.0.1", 0), _Completions)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}/v1"
-    server.shutdown()
+    with serve(_completions) as server:
+        yield server
 
 
 def test_endpoint_teacher_sends_token_ids_and_reads_the_echoed_log_probs(completions_server, tokenizer, monkeypatch):
     from envs.openai_client import OpenAIChatClient
 
     monkeypatch.setenv("RTI_TEST_TEACHER_KEY", "sk-teacher")
-    SERVER.update(tokenizer=tokenizer, shift=0, bodies=[])
-    client = OpenAIChatClient(completions_server, "teacher-7b", api_key_env="RTI_TEST_TEACHER_KEY", purpose="teacher")
+    SERVER.update(tokenizer=tokenizer, shift=0)
+    completions_server.seen.clear()
+    client = OpenAIChatClient(completions_server.base_url, "teacher-7b", api_key_env="RTI_TEST_TEACHER_KEY", purpose="teacher")
     teacher = opd.EndpointTeacher(client, workers=2)
     requests = [([5, 6, 7], [8, 9]), ([40], [41, 42, 43])]
     assert teacher.start(requests, 0.8, 1)() == [[-(3 + 8 / 1000), -(4 + 9 / 1000)],
                                               [-(1 + 41 / 1000), -(2 + 42 / 1000), -(3 + 43 / 1000)]]
-    path, body = SERVER["bodies"][0]
+    path, _, body = completions_server.seen[0]
     assert path == "/v1/completions" and body["echo"] is True and body["model"] == "teacher-7b"
-    assert sorted(b["prompt"] for _, b in SERVER["bodies"]) == [[5, 6, 7, 8, 9], [40, 41, 42, 43]]  # ids, not text
+    assert sorted(b["prompt"] for _, _, b in completions_server.seen) == [[5, 6, 7, 8, 9], [40, 41, 42, 43]]  # ids, not text
     assert opd.EndpointTeacher.temperature == 1.0
     # the tokenizer probe: the policy's ids read back as the policy's text, or the endpoint is refused
     opd.check_endpoint_tokenizer(client, tokenizer, "teacher(endpoint=...)", "policy(model='p')")

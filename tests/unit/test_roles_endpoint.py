@@ -1,56 +1,38 @@
 """Role actors against an OpenAI-compatible endpoint served on 127.0.0.1 by the test:
 good answers are parsed, garbage and timeouts skip the candidate, an unreachable URL fails."""
 
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
+import time
 
 import pytest
 
 from envs.openai_client import OpenAIChatClient as EndpointClient
 from rti_actors.rti.records import CorrectQuery, EpisodeText, ValidateQuery, VerifyQuery
 from rti_actors.rti.roles import RoleActor
+from tests.fake_openai import serve
 
 MODE = {"value": "good"}
 
 
-class Handler(BaseHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-    def do_GET(self):  # /models, for the reachability check
-        self.send_response(200)
-        self.end_headers()
-        self.wfile.write(b'{"data": []}')
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        prompt = body["messages"][0]["content"]
-        if MODE["value"] == "timeout":
-            import time
-            time.sleep(2)
-        if MODE["value"] == "garbage":
-            text = "I think it is fine?? {not json"
-        elif '"is_valid"' in prompt:
-            text = '<think>let me see</think>{"is_valid": false, "error_types": ["wrong_tool"], ' \
-                   '"diagnosis": "searched the wrong city", "suggest_next": "search again with the city"}'
-        elif '"consistent"' in prompt:
-            text = '```json\n{"consistent": true, "plausible": true, "reason": "ok"}\n```'
-        else:
-            text = '<tool_call>\n{"name": "poi_search", "arguments": {"address": "X", "region": "Y"}}\n</tool_call>'
-        out = json.dumps({"choices": [{"message": {"role": "assistant", "content": text}}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.end_headers()
-        self.wfile.write(out)
+def _answer(path, headers, body):
+    prompt = body["messages"][0]["content"]
+    if MODE["value"] == "timeout":
+        time.sleep(2)
+    if MODE["value"] == "garbage":
+        text = "I think it is fine?? {not json"
+    elif '"is_valid"' in prompt:
+        text = '<think>let me see</think>{"is_valid": false, "error_types": ["wrong_tool"], ' \
+               '"diagnosis": "searched the wrong city", "suggest_next": "search again with the city"}'
+    elif '"consistent"' in prompt:
+        text = '```json\n{"consistent": true, "plausible": true, "reason": "ok"}\n```'
+    else:
+        text = '<tool_call>\n{"name": "poi_search", "arguments": {"address": "X", "region": "Y"}}\n</tool_call>'
+    return {"choices": [{"message": {"role": "assistant", "content": text}}]}
 
 
 @pytest.fixture(scope="module")
 def endpoint():
-    server = HTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}/v1"
-    server.shutdown()
+    with serve(_answer) as server:
+        yield server.base_url
 
 
 EPISODE = EpisodeText([{"role": "user", "content": "Plan a route"}, {"role": "assistant", "content": "x"}],

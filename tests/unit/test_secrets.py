@@ -7,9 +7,7 @@ replaced by a tripwire in those tests)."""
 import json
 import pickle
 import socket
-import threading
 import urllib.parse
-from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 import ray.cloudpickle
@@ -17,6 +15,7 @@ import ray.cloudpickle
 from envs.navigation.amap_live import LiveAmap
 from envs.openai_client import OpenAIChatClient, Secret, key_may_go_to
 from rti_actors.config import ConfigError, RTIConfig
+from tests.fake_openai import serve
 
 CANARY = "sk-canary-1234567890"
 KEY_ENV = "RTI_TEST_CANARY_KEY"
@@ -145,52 +144,23 @@ def test_loopback_and_https_may_carry_a_key(url):
     OpenAIChatClient(url, "m", api_key=CANARY)
 
 
-class _Server(BaseHTTPRequestHandler):
-    seen: list = []
-
-    def log_message(self, *args):
-        pass
-
-    def do_POST(self):
-        self.rfile.read(int(self.headers["Content-Length"]))
-        self.__class__.seen.append((self.server.server_port, self.headers.get("Authorization")))
-        if self.server.mode == "redirect":
-            self.send_response(302)
-            self.send_header("Location", self.server.target)
-            self.end_headers()
-        else:  # a server that echoes the request headers in its error page
-            body = f"denied: {self.headers.get('Authorization')}".encode()
-            self.send_response(401)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-    do_GET = do_POST
-
-
-def _serve(mode: str, target: str = "") -> HTTPServer:
-    server = HTTPServer(("127.0.0.1", 0), _Server)
-    server.mode, server.target = mode, target
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
-
-
 def test_errors_and_redirects_never_carry_the_key():
-    echo = _serve("echo")
-    redirect = _serve("redirect", f"http://127.0.0.1:{echo.server_port}/elsewhere")
-    try:
+    def denied(path, headers, body):  # a server that echoes the request headers in its error page
+        return 401, f"denied: {headers.get('Authorization')}"
+
+    def moved(path, headers, body):
+        return 302, b"", {"Location": echo.url + "/elsewhere"}
+
+    with serve(denied) as echo, serve(moved) as redirect:
         with pytest.raises(RuntimeError, match="HTTP 401") as e:
-            OpenAIChatClient(f"http://127.0.0.1:{echo.server_port}/v1", "m", api_key=CANARY)("hi")
+            OpenAIChatClient(echo.base_url, "m", api_key=CANARY)("hi")
         assert CANARY not in str(e.value) and "***" in str(e.value)
-        _Server.seen.clear()
+        echo.seen.clear()
         with pytest.raises(RuntimeError, match="HTTP 302") as e:
-            OpenAIChatClient(f"http://127.0.0.1:{redirect.server_port}/v1", "m", api_key=CANARY)("hi")
+            OpenAIChatClient(redirect.base_url, "m", api_key=CANARY)("hi")
         assert CANARY not in str(e.value)
-        assert _Server.seen == [(redirect.server_port, f"Bearer {CANARY}")]  # not resent to the target
-    finally:
-        for s in (echo, redirect):
-            s.shutdown()
-            s.server_close()
+        assert [headers.get("Authorization") for _, headers, _ in redirect.seen] == [f"Bearer {CANARY}"]
+        assert echo.seen == []  # not resent to the target
 
 
 # ---- the Amap key scrubber -----------------------------------------------------------------------

@@ -2,16 +2,13 @@
 scripted chat function), the OpenAI-compatible endpoint client against a local HTTP
 server, and the scripted user's rules."""
 
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
-
 import pytest
 
 from envs.tau2 import LLMUser, OpenAIChatClient, Tau2TelecomEnv
 from envs.tau2.data import Tau2Data
 from envs.tau2.users import ScriptedUser, UserContext, is_stop, render_scenario
 from envs.tool_calls import format_tool_call
+from tests.fake_openai import serve
 from tests.unit.tau2_testdata import DATA_DIR, needs_data
 
 
@@ -89,43 +86,21 @@ def test_failing_or_empty_llm_user_ends_with_user_error():
     assert env.step("hello")[4]["termination_reason"] == "user_error"
 
 
-class _Endpoint(BaseHTTPRequestHandler):
-    seen: list = []
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        _Endpoint.seen.append((self.path, self.headers.get("Authorization"), body))
-        reply = {"choices": [{"message": {"content": "Sure.", "tool_calls": [
-            {"type": "function", "function": {"name": "check_sim_status", "arguments": "{}"}}]}}]}
-        data = json.dumps(reply).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
-
-
 def test_openai_client_against_a_local_server():
-    server = HTTPServer(("127.0.0.1", 0), _Endpoint)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        client = OpenAIChatClient(f"http://127.0.0.1:{server.server_port}/v1", "big-model", api_key="sk-secret")
+    reply = {"choices": [{"message": {"content": "Sure.", "tool_calls": [
+        {"type": "function", "function": {"name": "check_sim_status", "arguments": "{}"}}]}}]}
+    with serve(lambda path, headers, body: reply) as endpoint:
+        client = OpenAIChatClient(endpoint.base_url, "big-model", api_key="sk-secret")
         assert "sk-secret" not in repr(client)
         text = client([{"role": "user", "content": "hi"}])
         assert text == 'Sure.\n' + format_tool_call("check_sim_status", {})
-        path, auth, body = _Endpoint.seen[-1]
-        assert path == "/v1/chat/completions" and auth == "Bearer sk-secret"
+        path, headers, body = endpoint.seen[-1]
+        assert path == "/v1/chat/completions" and headers.get("Authorization") == "Bearer sk-secret"
         assert body == {"model": "big-model", "messages": [{"role": "user", "content": "hi"}], "temperature": 0.0}
         bad = OpenAIChatClient("http://127.0.0.1:1/v1", "m", api_key=None, api_key_env="RTI_TEST_NO_SUCH_KEY", timeout=2)
         with pytest.raises(RuntimeError, match="unreachable") as err:
             bad([{"role": "user", "content": "hi"}])
         assert "sk-" not in str(err.value)
-    finally:
-        server.shutdown()
 
 
 class _Tool:
