@@ -22,8 +22,9 @@
         --page-size 3 --poi-extensions base --max-model-len 8192 --max-new-tokens 320 --max-turns 14
 
     # LUFFY: one of each group's G samples is the scripted oracle's successful trace
-    # (its traces run to 5k-11k tokens: give the context room)
-    python examples/navigation.py --algorithm luffy --engine hf --language en --page-size 3 --max-model-len 16384
+    # (its traces run to 5k-11k tokens: give the context all of SmolLM2's 8,192 positions; a
+    # trace that does not fit is counted in luffy/teacher_missing, never trained cut short)
+    python examples/navigation.py --algorithm luffy --engine hf --language en --page-size 3 --max-model-len 8192
 
 What to expect: one metrics line per iteration, then a Pass@k table with a row for the
 base policy, the warm-started one (with --warmup-sft) and the trained one. Without a warm
