@@ -7,12 +7,18 @@
 # rest. The last part's policy is evaluated (greedy, first 35 test tasks).
 #   bash scripts/warm_start.sh navigation [OUT_DIR]     # default OUT_DIR: runs/warm_start-navigation
 #   WARM_START_PARTS=2 bash scripts/warm_start.sh navigation   # stop after the first two parts
+#   bash scripts/warm_start.sh --keep-progress navigation [OUT_DIR]  # after stopping it mid-part
+# A part is sized to fit a session, but one cut off can be kept: --keep-progress copies its
+# newest checkpoint (a few steps back at most; tens of MB) next to the kept adapters, and the
+# next call, on any machine, resumes the part from there.
 # The final policy is OUT_DIR/policy (a plain HF folder: --model DIR). The parts split the
 # two-stage recipe (96 demonstrations of <= 4 waypoints, ~4.6K tokens, 2 per step; then 48 of
 # <= 6 waypoints, ~6K tokens, 1 per step) into pieces of under an hour on 2 CPU cores each;
 # the optimiser starts afresh with each part's adapter.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+KEEP_PROGRESS=
+if [ "${1:-}" = --keep-progress ]; then KEEP_PROGRESS=1; shift; fi
 ENV_NAME="${1:-navigation}"
 OUT="${2:-runs/warm_start-$ENV_NAME}"
 ADAPTERS="${WARM_START_ADAPTERS:-results/navigation-cpu/warm_start}"
@@ -38,7 +44,8 @@ merge() {  # merge BASE ADAPTER OUT: the policy folder OUT, marked complete
         "$1" "$2" "$3" "$DTYPE"
     touch "$3/.complete"
 }
-PREV=$(python -c "from policies.models import load_model; print(load_model('smollm2-135m-instruct'))")
+# the last line only: a first import of DeepSpeed writes a warning to stdout
+PREV=$(python -c "from policies.models import load_model; print(load_model('smollm2-135m-instruct'))" | tail -n 1)
 DONE=0
 for spec in "${PARTS[@]}"; do
     read -r name first count waypoints batch <<< "$spec"
@@ -49,16 +56,24 @@ for spec in "${PARTS[@]}"; do
         rm -rf "$policy"
         merge "$PREV" "$kept" "$policy"
         echo "$name: rebuilt from its kept adapter ($kept)"
+    elif [ -n "$KEEP_PROGRESS" ]; then  # the first unfinished part
+        python scripts/warm_start_part.py --progress keep "$OUT/$name" "$OUT/$name.seconds" "$kept"
+        exit 0
     else
         [ "${WARM_START_PARTS:-${#PARTS[@]}}" -gt "$DONE" ] || { echo "warm start: stopped after $DONE parts"; exit 0; }
+        if ! compgen -G "$OUT/$name/checkpoints/*" > /dev/null; then
+            python scripts/warm_start_part.py --progress restore "$OUT/$name" "$OUT/$name.seconds" "$kept"
+        fi
         resume=()  # from the newest checkpoint; a run killed before its first one starts again
         if compgen -G "$OUT/$name/checkpoints/*" > /dev/null; then resume=(--resume "$OUT/$name"); else rm -rf "$OUT/$name"; fi
         rm -rf "$policy"  # an export that was cut short
         start=$(date +%s)
+        echo "$start" > "$OUT/$name.started"  # --keep-progress counts a call it cut short from here
         python examples/navigation.py "${COMMON[@]}" --model "$PREV" --run-name "$name" "${resume[@]}" --no-base-eval \
             --no-sft-eval --warmup-sft "$count" --sft-first "$first" --sft-max-waypoints "$waypoints" \
             --sft-batch-size "$batch" --export-policy "$policy"
         echo $(( $(date +%s) - start )) >> "$OUT/$name.seconds"  # every call's share, resumes included
+        rm -f "$OUT/$name.started"
         python scripts/warm_start_part.py "$OUT/$name" "$OUT/$name.seconds" "$spec" "$policy/adapter" "$kept"
         rm -rf "$policy"  # the part's policy is the kept adapter's, as on a fresh machine
         merge "$PREV" "$kept" "$policy"

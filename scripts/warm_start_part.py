@@ -1,20 +1,29 @@
 """Keep a finished warm-start part: its adapter in bf16, and a record of what it trained on
-and what it took.
+and what it took. Or keep an unfinished part's progress, for a later machine to continue.
 
     python scripts/warm_start_part.py RUN_DIR SECONDS_FILE "NAME FIRST COUNT MAX_WAYPOINTS BATCH" ADAPTER_DIR KEPT_DIR
+    python scripts/warm_start_part.py --progress keep RUN_DIR SECONDS_FILE KEPT_DIR
+    python scripts/warm_start_part.py --progress restore RUN_DIR SECONDS_FILE KEPT_DIR
 
 The record (KEPT_DIR/part.json) is read from the part's run directory (its config and the
 SFT steps in metrics.jsonl) and the file of wall seconds that scripts/warm_start.sh appends
 one line to per call. bf16 halves what the repository keeps per part; the policy is then
 defined by the kept adapter, which the script merges for the next part on every machine.
+
+A part cut off when a machine goes would be lost with its run directory, so its newest
+checkpoint (adapter and optimiser state, tens of MB), its metrics so far and its seconds can
+be kept under KEPT_DIR/progress, and restored into an empty run directory to resume from.
+It is dropped when the part is kept.
 """
 
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
 
 ADAPTER_FILES = ("adapter_model.safetensors", "adapter_config.json")
+PROGRESS = "progress"
 
 
 def part_record(run_dir: Path, seconds_file: Path, spec: str) -> dict:
@@ -42,8 +51,59 @@ def keep_adapter(adapter: Path, kept: Path) -> None:
     shutil.copy2(adapter / ADAPTER_FILES[1], kept / ADAPTER_FILES[1])
 
 
+def keep_part(run_dir: Path, seconds_file: Path, spec: str, adapter: Path, kept: Path) -> None:
+    keep_adapter(adapter, kept)
+    (kept / "part.json").write_text(json.dumps(part_record(run_dir, seconds_file, spec), indent=2, default=str) + "\n")
+    shutil.rmtree(kept / PROGRESS, ignore_errors=True)  # the part is done
+
+
+def keep_progress(run_dir: Path, seconds_file: Path, kept: Path) -> str | None:
+    """The run's newest complete checkpoint, metrics and seconds copied to ``kept/progress``
+    (replacing older progress); the name of that checkpoint, or None when it has none. The
+    call that was cut short is counted up to that checkpoint, from its ``.started`` file."""
+    from rti_actors.checkpoints import MARKER, periodic
+
+    checkpoints = periodic(run_dir)
+    if not checkpoints:
+        return None
+    newest = checkpoints[-1]
+    started = seconds_file.with_suffix(".started")
+    if started.is_file():  # a killed call never wrote its seconds
+        with seconds_file.open("a") as f:
+            saved_at = json.loads((newest / MARKER).read_text())["saved_at"]
+            f.write(f"{int(saved_at - int(started.read_text()))}\n")
+        started.unlink()
+    dst, tmp = kept / PROGRESS, kept / (PROGRESS + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(newest, tmp / "checkpoints" / newest.name)
+    shutil.copy2(run_dir / "metrics.jsonl", tmp / "metrics.jsonl")
+    if seconds_file.is_file():
+        shutil.copy2(seconds_file, tmp / "seconds")
+    shutil.rmtree(dst, ignore_errors=True)
+    os.replace(tmp, dst)
+    return newest.name
+
+
+def restore_progress(run_dir: Path, seconds_file: Path, kept: Path) -> str | None:
+    """Kept progress copied into ``run_dir`` (which must hold no checkpoint) for the part to
+    resume from; the checkpoint's name, or None when there is no progress to restore."""
+    src = kept / PROGRESS
+    if not src.is_dir():
+        return None
+    shutil.rmtree(run_dir, ignore_errors=True)
+    shutil.copytree(src / "checkpoints", run_dir / "checkpoints")
+    shutil.copy2(src / "metrics.jsonl", run_dir / "metrics.jsonl")
+    if (src / "seconds").is_file():
+        shutil.copy2(src / "seconds", seconds_file)
+    return next((run_dir / "checkpoints").iterdir()).name
+
+
 if __name__ == "__main__":
-    run_dir, seconds_file, spec, adapter, kept = sys.argv[1:6]
-    keep_adapter(Path(adapter), Path(kept))
-    record = part_record(Path(run_dir), Path(seconds_file), spec)
-    (Path(kept) / "part.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
+    if sys.argv[1] == "--progress":
+        action, run_dir, seconds_file, kept = sys.argv[2:6]
+        fn = {"keep": keep_progress, "restore": restore_progress}[action]
+        name = fn(Path(run_dir), Path(seconds_file), Path(kept))
+        print(f"{Path(run_dir).name}: {action} progress: " + (f"{name} ({kept}/{PROGRESS})" if name else "none"))
+    else:
+        run_dir, seconds_file, spec, adapter, kept = sys.argv[1:6]
+        keep_part(Path(run_dir), Path(seconds_file), spec, Path(adapter), Path(kept))

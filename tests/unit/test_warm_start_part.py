@@ -56,3 +56,47 @@ def test_a_kept_adapter_rebuilds_one_policy_close_to_the_trained_one(tiny_model_
     assert all(torch.equal(a[k], b[k]) for k in a)  # the same bits from the same kept adapter
     moved = [k for k in a if not torch.equal(exact[k], base[k])]
     assert moved and all(torch.allclose(a[k], exact[k], rtol=0, atol=1e-3) for k in a)  # bf16 rounding only
+
+
+def _checkpoint(run, name, saved_at, complete=True):
+    from rti_actors.checkpoints import MARKER
+    path = run / "checkpoints" / name
+    path.mkdir(parents=True)
+    (path / "adapter.pt").write_bytes(name.encode())
+    if complete:
+        (path / MARKER).write_text(json.dumps({"saved_at": saved_at}))
+
+
+def test_progress_of_a_part_cut_short_is_kept_and_restored_on_another_machine(tmp_path):
+    from warm_start_part import keep_part, keep_progress, restore_progress
+
+    run, seconds, kept = tmp_path / "a" / "stage1c", tmp_path / "a" / "stage1c.seconds", tmp_path / "kept" / "stage1c"
+    _checkpoint(run, "iter_000000_sft_000004", saved_at=1000)
+    _checkpoint(run, "iter_000000_sft_000008", saved_at=1900)
+    _checkpoint(run, "iter_000000_sft_000012", saved_at=2800, complete=False)  # killed mid-save
+    (run / "metrics.jsonl").write_text('{"kind": "sft", "step": 8, "loss": 0.3, "num_tokens": 9000}\n')
+    seconds.write_text("500\n")  # an earlier call that finished
+    seconds.with_suffix(".started").write_text("1000")  # the call that was killed
+    assert keep_progress(run, seconds, kept) == "iter_000000_sft_000008"
+    assert seconds.read_text().split() == ["500", "900"]  # counted up to the kept checkpoint
+    assert keep_progress(run, seconds, kept) == "iter_000000_sft_000008"  # again: counted once
+    assert seconds.read_text().split() == ["500", "900"]
+
+    fresh, fresh_seconds = tmp_path / "b" / "stage1c", tmp_path / "b" / "stage1c.seconds"
+    assert restore_progress(fresh, fresh_seconds, kept) == "iter_000000_sft_000008"
+    assert [p.name for p in (fresh / "checkpoints").iterdir()] == ["iter_000000_sft_000008"]
+    assert (fresh / "checkpoints" / "iter_000000_sft_000008" / "adapter.pt").read_bytes() == b"iter_000000_sft_000008"
+    assert (fresh / "metrics.jsonl").read_text() == (run / "metrics.jsonl").read_text()
+    assert fresh_seconds.read_text().split() == ["500", "900"]
+    assert restore_progress(tmp_path / "c" / "stage1d", tmp_path / "c" / "x.seconds", tmp_path / "kept" / "stage1d") is None
+
+    # the finished part: its adapter and record kept, its progress dropped
+    from safetensors.torch import save_file
+    import torch
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    save_file({"w": torch.ones(2)}, adapter / "adapter_model.safetensors")
+    (adapter / "adapter_config.json").write_text("{}")
+    (fresh / "config.json").write_text(json.dumps({"learners": {}, "sft": {}, "policy": {"model": "p/stage1b-policy"}}))
+    keep_part(fresh, fresh_seconds, "stage1c 48 24 4 2", adapter, kept)
+    assert not (kept / "progress").exists() and json.loads((kept / "part.json").read_text())["wall_seconds"] == 1400
