@@ -27,8 +27,9 @@ bash scripts/setup.sh
 source "${RTI_VENV:-.venv}/bin/activate"
 source scripts/cpu_env.sh
 mkdir -p "$OUT" "$ADAPTERS"
-# bf16 only where the CPU computes it natively (AMX or AVX-512 BF16); elsewhere it is emulated,
-# far slower than fp32. The adapters are merged in the learner's dtype.
+# The learner trains in bf16 only where the CPU computes it natively (AMX or AVX-512 BF16;
+# elsewhere it is emulated, far slower than fp32). The policies are always merged in fp32, so
+# a part's policy is the same numbers on every machine, whichever dtype trained its adapter.
 DTYPE=float32
 if [ -z "${RTI_NO_BF16:-}" ] && grep -qE 'amx_bf16|avx512_bf16' /proc/cpuinfo; then DTYPE=bfloat16; fi
 COMMON=(--language en --page-size 3 --poi-extensions base --max-model-len 8192 --max-new-tokens 320
@@ -39,9 +40,8 @@ COMMON=(--language en --page-size 3 --poi-extensions base --max-model-len 8192 -
 PARTS=("stage1a  0 24 4 2" "stage1b 24 24 4 2" "stage1c 48 24 4 2" "stage1d 72 24 4 2"
        "stage2a  0 24 6 1" "stage2b 24 24 6 1")
 
-merge() {  # merge BASE ADAPTER OUT: the policy folder OUT, marked complete
-    python -c "import sys; from rti_actors.lora import merge_adapter; merge_adapter(*sys.argv[1:4], dtype=sys.argv[4])" \
-        "$1" "$2" "$3" "$DTYPE"
+merge() {  # merge BASE ADAPTER OUT: the policy folder OUT (fp32), marked complete
+    python -c "import sys; from rti_actors.lora import merge_adapter; merge_adapter(*sys.argv[1:4])" "$1" "$2" "$3"
     touch "$3/.complete"
 }
 # the last line only: a first import of DeepSpeed writes a warning to stdout
