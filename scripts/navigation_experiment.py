@@ -38,6 +38,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import platform
 import shlex
 import shutil
 import sys
@@ -63,6 +65,7 @@ ARMS = {
 KEPT = "arms"  # under --out: what each arm (and the start policy) has finished
 START = "start"  # the start policy's evaluations, kept beside the arms'
 PROGRESS = "progress"  # an unfinished arm's newest checkpoint, kept by --keep-progress
+MACHINE = "machine.json"  # per kept piece: the kind of CPU that ran it
 EVALS = {"sampled": {"num_samples": 4, "temperature": 0.8}, "greedy": {"num_samples": 1, "temperature": 0.0}}
 
 
@@ -85,6 +88,23 @@ def arm_config(args, arm: str, policy: Path) -> RTIConfig:
 
 def kept_dir(args, name: str) -> Path:
     return args.out / KEPT / name
+
+
+def record_machine(kept: Path, piece: str) -> None:
+    """Which kind of CPU ran ``piece`` (an arm's training or one evaluation), in
+    ``kept/machine.json``: pieces may run on different machines, and the engine samples in
+    bf16 only where the CPU has native bf16 matmuls, so a reader can see what ran where."""
+    from policies.engines import cpu_has_native_bf16, default_dtype
+
+    path = kept / MACHINE
+    done = json.loads(path.read_text()) if path.is_file() else {}
+    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
+    model = next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")),
+                 platform.machine())
+    done[piece] = {"cpu": model, "cores": os.cpu_count(),
+                   "native_bf16": cpu_has_native_bf16(), "engine_dtype": default_dtype("vllm", on_gpu=False)}
+    kept.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(done, indent=2))
 
 
 def kept_evaluations(kept: Path) -> dict:
@@ -116,6 +136,7 @@ def train_arm(args, arm: str) -> None:
     for f in ("config.json", "metrics.jsonl"):
         shutil.copy2(run / f, kept / f)
     shutil.copytree(run / "policy" / "adapter", kept / "adapter.tmp", dirs_exist_ok=True)
+    record_machine(kept, "train")
     (kept / "adapter.tmp").rename(kept / "adapter")  # its presence marks the training done
     shutil.rmtree(kept / PROGRESS, ignore_errors=True)
 
@@ -151,6 +172,7 @@ def evaluate_policy(args, name: str, policy: Path) -> None:
             done = kept_evaluations(kept)
             done[full] = {k: v for k, v in summary.items() if k != "table"}
             (kept / EVALUATIONS).write_text(json.dumps(done, indent=2, default=str))
+            record_machine(kept, label)
     finally:
         algo.stop()
 
@@ -205,7 +227,8 @@ def collect(args) -> dict:
             continue
         rows = [json.loads(x) for x in metrics.read_text().splitlines()] if metrics else []
         out[name] = {"train": [r for r in rows if r["kind"] == "train"],
-                     "heldout": {k: {**s, **(heldout(kept / f"eval-{k}.jsonl") or {})} for k, s in evals.items()}}
+                     "heldout": {k: {**s, **(heldout(kept / f"eval-{k}.jsonl") or {})} for k, s in evals.items()},
+                     "machine": json.loads((kept / MACHINE).read_text()) if (kept / MACHINE).is_file() else {}}
     return out
 
 

@@ -4,6 +4,7 @@ numbers and their intervals come from the recorded rollouts, the curves from met
 
 import argparse
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -124,6 +125,8 @@ def test_an_unfinished_arm_continues_from_its_kept_progress(tmp_path, monkeypatc
     assert (run / "checkpoints" / "iter_000002" / "checkpoint.json").is_file()
     done = ne.kept_dir(args, "rti-self")
     assert (done / "adapter" / "adapter_config.json").is_file() and not (done / ne.PROGRESS).exists()
+    ran_on = json.loads((done / ne.MACHINE).read_text())["train"]  # what kind of CPU trained it
+    assert ran_on["cores"] == os.cpu_count() and ran_on["engine_dtype"] in ("float32", "bfloat16")
 
 
 def test_a_missing_start_policy_says_how_to_make_it(tmp_path):
