@@ -50,6 +50,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rti_actors import RTIConfig  # noqa: E402
+from rti_actors.checkpoints import periodic  # noqa: E402
 from rti_actors.lora import merge_adapter  # noqa: E402
 from rti_actors.reporting import progress_line  # noqa: E402
 from rti_actors.resume import EVALUATIONS, build_resumable  # noqa: E402
@@ -69,7 +70,7 @@ MACHINE = "machine.json"  # per kept piece: the kind of CPU that ran it
 EVALS = {"sampled": {"num_samples": 4, "temperature": 0.8}, "greedy": {"num_samples": 1, "temperature": 0.0}}
 
 
-def arm_config(args, arm: str, policy: Path) -> RTIConfig:
+def arm_config(args, arm: str, policy: Path, dtype: str = "float32") -> RTIConfig:
     spec = dict(ARMS[arm])
     algorithm = spec.pop("algorithm")
     cfg = (RTIConfig()
@@ -79,7 +80,7 @@ def arm_config(args, arm: str, policy: Path) -> RTIConfig:
            .env_runners(num_env_runners=2, num_envs_per_env_runner=4)
            .training(algorithm=algorithm, group_size=args.group_size, tasks_per_iteration=args.tasks_per_iteration,
                      lr=args.lr)
-           .learners(backend="torch", dtype="float32", lora={"r": args.lora_rank})
+           .learners(backend="torch", dtype=dtype, lora={"r": args.lora_rank})
            .evaluation(num_tasks=args.eval_tasks)
            .debugging(seed=args.seed)
            .reporting(run_dir=str(args.runs), run_name=arm))
@@ -90,7 +91,20 @@ def kept_dir(args, name: str) -> Path:
     return args.out / KEPT / name
 
 
-def record_machine(kept: Path, piece: str) -> None:
+def learner_dtype(run: Path) -> str:
+    """The dtype an arm trains in: the one its newest checkpoint was trained in, so an arm is
+    one precision throughout, on whatever machine continues it; for a new arm bf16 autocast
+    over fp32 weights where the CPU has native bf16 matmuls (as on GPUs, several times faster
+    here), else fp32. machine.json says which."""
+    from policies.engines import cpu_has_native_bf16
+
+    checkpoints = periodic(run)
+    if checkpoints:
+        return json.loads((checkpoints[-1] / "config.json").read_text())["learners"]["dtype"]
+    return "bfloat16" if cpu_has_native_bf16() else "float32"
+
+
+def record_machine(kept: Path, piece: str, **extra) -> None:
     """Which kind of CPU ran ``piece`` (an arm's training or one evaluation), in
     ``kept/machine.json``: pieces may run on different machines, and the engine samples in
     bf16 only where the CPU has native bf16 matmuls, so a reader can see what ran where."""
@@ -102,7 +116,8 @@ def record_machine(kept: Path, piece: str) -> None:
     model = next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")),
                  platform.machine())
     done[piece] = {"cpu": model, "cores": os.cpu_count(),
-                   "native_bf16": cpu_has_native_bf16(), "engine_dtype": default_dtype("vllm", on_gpu=False)}
+                   "native_bf16": cpu_has_native_bf16(), "engine_dtype": default_dtype("vllm", on_gpu=False),
+                   **extra}
     kept.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(done, indent=2))
 
@@ -125,7 +140,8 @@ def train_arm(args, arm: str) -> None:
         shutil.copy2(kept / PROGRESS / "metrics.jsonl", run / "metrics.jsonl")
     resume = argparse.Namespace(checkpoint_every=1, checkpoint_keep=1,
                                 resume=str(run) if (run / "checkpoints").is_dir() else None)
-    algo = build_resumable(arm_config(args, arm, args.policy), resume)
+    dtype = learner_dtype(run)
+    algo = build_resumable(arm_config(args, arm, args.policy, dtype), resume)
     try:
         for _ in range(args.iterations - algo.iteration):
             print(f"[{arm}] {progress_line(algo.train())}", flush=True)
@@ -136,7 +152,7 @@ def train_arm(args, arm: str) -> None:
     for f in ("config.json", "metrics.jsonl"):
         shutil.copy2(run / f, kept / f)
     shutil.copytree(run / "policy" / "adapter", kept / "adapter.tmp", dirs_exist_ok=True)
-    record_machine(kept, "train")
+    record_machine(kept, "train", learner_dtype=dtype)
     (kept / "adapter.tmp").rename(kept / "adapter")  # its presence marks the training done
     shutil.rmtree(kept / PROGRESS, ignore_errors=True)
 

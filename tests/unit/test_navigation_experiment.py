@@ -91,6 +91,7 @@ def test_an_unfinished_arm_continues_from_its_kept_progress(tmp_path, monkeypatc
     (run / "checkpoints" / "iter_000001").mkdir(parents=True)
     (run / "checkpoints" / "iter_000002").mkdir()
     (run / "checkpoints" / "iter_000002" / "checkpoint.json").write_text('{"iteration": 2}')
+    (run / "checkpoints" / "iter_000002" / "config.json").write_text('{"learners": {"dtype": "bfloat16"}}')
     (run / "metrics.jsonl").write_text('{"kind": "train", "step": 1}\n{"kind": "train", "step": 2}\n')
     ne.keep_progress(args, ["grpo", "rti-self"])  # grpo has not started: nothing to keep
     kept = ne.kept_dir(args, "rti-self") / ne.PROGRESS
@@ -115,18 +116,20 @@ def test_an_unfinished_arm_continues_from_its_kept_progress(tmp_path, monkeypatc
     resumed = []
 
     def build(cfg, a):  # as the real build: the run directory gets its config
-        resumed.append(a.resume)
+        resumed.append((a.resume, cfg.to_dict()["learners"]["dtype"]))
         (run / "config.json").write_text("{}")
         return Algo()
     monkeypatch.setattr(ne, "build_resumable", build)
     monkeypatch.setattr(ne, "progress_line", str)
     ne.train_arm(args, "rti-self")
-    assert resumed == [str(run)] and Algo.iteration == 3  # one iteration left, not three
+    # one iteration left, not three, in the precision the arm started in on the other machine
+    assert resumed == [(str(run), "bfloat16")] and Algo.iteration == 3
     assert (run / "checkpoints" / "iter_000002" / "checkpoint.json").is_file()
     done = ne.kept_dir(args, "rti-self")
     assert (done / "adapter" / "adapter_config.json").is_file() and not (done / ne.PROGRESS).exists()
     ran_on = json.loads((done / ne.MACHINE).read_text())["train"]  # what kind of CPU trained it
     assert ran_on["cores"] == os.cpu_count() and ran_on["engine_dtype"] in ("float32", "bfloat16")
+    assert ran_on["learner_dtype"] == "bfloat16"
 
 
 def test_a_missing_start_policy_says_how_to_make_it(tmp_path):
