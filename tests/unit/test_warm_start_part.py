@@ -91,8 +91,8 @@ def test_progress_of_a_part_cut_short_is_kept_and_restored_on_another_machine(tm
     assert restore_progress(tmp_path / "c" / "stage1d", tmp_path / "c" / "x.seconds", tmp_path / "kept" / "stage1d") is None
 
     # the finished part: its adapter and record kept, its progress dropped
-    from safetensors.torch import save_file
     import torch
+    from safetensors.torch import save_file
     adapter = tmp_path / "adapter"
     adapter.mkdir()
     save_file({"w": torch.ones(2)}, adapter / "adapter_model.safetensors")
