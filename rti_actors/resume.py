@@ -10,11 +10,18 @@ the evaluations already recorded in ``evaluations.json`` (a base evaluation is n
     base = evaluate_once(algo, "base")
     for _ in range(args.iterations - algo.iteration):
         algo.train()
+
+A run whose machine will not be back travels as its newest checkpoint and metrics:
+``keep_newest(run_dir, dst)`` copies them to ``dst`` (e.g. a folder kept in git), and
+``restore_kept(dst, run_dir)`` puts them into an empty run directory on the next machine,
+which then resumes as above.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
 
 EVALUATIONS = "evaluations.json"
@@ -58,3 +65,33 @@ def evaluate_once(algo, label: str, **kwargs) -> dict:
     done[label] = summary
     path.write_text(json.dumps(done, indent=2, default=str))
     return summary
+
+
+def keep_newest(run_dir: str | Path, dst: str | Path) -> str | None:
+    """The run's newest complete checkpoint and its metrics.jsonl copied to ``dst``
+    (replacing what was there, atomically); the checkpoint's name, or None when it has none."""
+    from rti_actors.checkpoints import periodic
+
+    run_dir, dst = Path(run_dir), Path(dst)
+    checkpoints = periodic(run_dir)
+    if not checkpoints:
+        return None
+    tmp = dst.with_name(dst.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(checkpoints[-1], tmp / "checkpoints" / checkpoints[-1].name)
+    shutil.copy2(run_dir / "metrics.jsonl", tmp / "metrics.jsonl")
+    shutil.rmtree(dst, ignore_errors=True)
+    os.replace(tmp, dst)
+    return checkpoints[-1].name
+
+
+def restore_kept(src: str | Path, run_dir: str | Path) -> str | None:
+    """What ``keep_newest`` kept at ``src`` copied into ``run_dir`` (emptied first) to resume
+    from; the checkpoint's name, or None when nothing was kept."""
+    src, run_dir = Path(src), Path(run_dir)
+    if not (src / "checkpoints").is_dir():
+        return None
+    shutil.rmtree(run_dir, ignore_errors=True)
+    shutil.copytree(src / "checkpoints", run_dir / "checkpoints")
+    shutil.copy2(src / "metrics.jsonl", run_dir / "metrics.jsonl")
+    return next((run_dir / "checkpoints").iterdir()).name

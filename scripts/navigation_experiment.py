@@ -53,7 +53,7 @@ from rti_actors import RTIConfig  # noqa: E402
 from rti_actors.checkpoints import periodic  # noqa: E402
 from rti_actors.lora import merge_adapter  # noqa: E402
 from rti_actors.reporting import progress_line  # noqa: E402
-from rti_actors.resume import EVALUATIONS, build_resumable  # noqa: E402
+from rti_actors.resume import EVALUATIONS, build_resumable, keep_newest, restore_kept  # noqa: E402
 
 # arm -> what differs from GRPO; the ablations run only when named with --arms
 ARMS = {
@@ -134,10 +134,8 @@ def train_arm(args, arm: str) -> None:
     run, kept = args.runs / arm, kept_dir(args, arm)
     if (kept / "adapter").is_dir():
         return
-    if not (run / "checkpoints").is_dir() and (kept / PROGRESS).is_dir():
-        run.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(kept / PROGRESS / "checkpoints", run / "checkpoints")
-        shutil.copy2(kept / PROGRESS / "metrics.jsonl", run / "metrics.jsonl")
+    if not (run / "checkpoints").is_dir():
+        restore_kept(kept / PROGRESS, run)
     resume = argparse.Namespace(checkpoint_every=1, checkpoint_keep=1,
                                 resume=str(run) if (run / "checkpoints").is_dir() else None)
     dtype = learner_dtype(run)
@@ -199,14 +197,11 @@ def keep_progress(args, arms: list[str]) -> None:
     is tens of MB: keep it only when a session ends mid-arm; it goes once the arm is done)."""
     for arm in arms:
         run, kept = args.runs / arm, kept_dir(args, arm)
-        checkpoints = sorted((run / "checkpoints").glob("iter_*")) if (run / "checkpoints").is_dir() else []
-        if (kept / "adapter").is_dir() or not checkpoints:
+        if (kept / "adapter").is_dir():
             continue
-        dst = kept / PROGRESS
-        shutil.rmtree(dst, ignore_errors=True)
-        shutil.copytree(checkpoints[-1], dst / "checkpoints" / checkpoints[-1].name)
-        shutil.copy2(run / "metrics.jsonl", dst / "metrics.jsonl")
-        print(f"[{arm}] progress kept: {dst} ({checkpoints[-1].name})")
+        name = keep_newest(run, kept / PROGRESS)
+        if name:
+            print(f"[{arm}] progress kept: {kept / PROGRESS} ({name})")
 
 
 def bootstrap(per_task: dict[str, list[bool]], stat, n: int = 2000, seed: int = 0) -> list[float]:

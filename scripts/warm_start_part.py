@@ -17,7 +17,6 @@ It is dropped when the part is kept.
 """
 
 import json
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -58,44 +57,34 @@ def keep_part(run_dir: Path, seconds_file: Path, spec: str, adapter: Path, kept:
 
 
 def keep_progress(run_dir: Path, seconds_file: Path, kept: Path) -> str | None:
-    """The run's newest complete checkpoint, metrics and seconds copied to ``kept/progress``
-    (replacing older progress); the name of that checkpoint, or None when it has none. The
-    call that was cut short is counted up to that checkpoint, from its ``.started`` file."""
+    """The run's newest checkpoint, metrics and seconds kept in ``kept/progress`` (replacing
+    older progress); the checkpoint's name, or None when it has none. The call that was cut
+    short is counted up to that checkpoint, from its ``.started`` file."""
     from rti_actors.checkpoints import MARKER, periodic
+    from rti_actors.resume import keep_newest
 
-    checkpoints = periodic(run_dir)
-    if not checkpoints:
-        return None
-    newest = checkpoints[-1]
     started = seconds_file.with_suffix(".started")
-    if started.is_file():  # a killed call never wrote its seconds
+    checkpoints = periodic(run_dir)
+    if checkpoints and started.is_file():  # a killed call never wrote its seconds
+        saved_at = json.loads((checkpoints[-1] / MARKER).read_text())["saved_at"]
         with seconds_file.open("a") as f:
-            saved_at = json.loads((newest / MARKER).read_text())["saved_at"]
             f.write(f"{int(saved_at - int(started.read_text()))}\n")
         started.unlink()
-    dst, tmp = kept / PROGRESS, kept / (PROGRESS + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(newest, tmp / "checkpoints" / newest.name)
-    shutil.copy2(run_dir / "metrics.jsonl", tmp / "metrics.jsonl")
-    if seconds_file.is_file():
-        shutil.copy2(seconds_file, tmp / "seconds")
-    shutil.rmtree(dst, ignore_errors=True)
-    os.replace(tmp, dst)
-    return newest.name
+    name = keep_newest(run_dir, kept / PROGRESS)
+    if name and seconds_file.is_file():
+        shutil.copy2(seconds_file, kept / PROGRESS / "seconds")
+    return name
 
 
 def restore_progress(run_dir: Path, seconds_file: Path, kept: Path) -> str | None:
     """Kept progress copied into ``run_dir`` (which must hold no checkpoint) for the part to
     resume from; the checkpoint's name, or None when there is no progress to restore."""
-    src = kept / PROGRESS
-    if not src.is_dir():
-        return None
-    shutil.rmtree(run_dir, ignore_errors=True)
-    shutil.copytree(src / "checkpoints", run_dir / "checkpoints")
-    shutil.copy2(src / "metrics.jsonl", run_dir / "metrics.jsonl")
-    if (src / "seconds").is_file():
-        shutil.copy2(src / "seconds", seconds_file)
-    return next((run_dir / "checkpoints").iterdir()).name
+    from rti_actors.resume import restore_kept
+
+    name = restore_kept(kept / PROGRESS, run_dir)
+    if name and (kept / PROGRESS / "seconds").is_file():
+        shutil.copy2(kept / PROGRESS / "seconds", seconds_file)
+    return name
 
 
 if __name__ == "__main__":
