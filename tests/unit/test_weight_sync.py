@@ -1,5 +1,6 @@
 """Bucketing of the broadcast weight sync, and a two-process gloo broadcast round trip."""
 
+import io
 import multiprocessing as mp
 import socket
 
@@ -21,7 +22,11 @@ def test_buckets_are_ordered_runs_of_one_dtype_within_the_budget():
 
 def _receiver(port, meta, queue):
     pg = init_group("127.0.0.1", port, 1, 2, "gloo", timeout_s=60)
-    queue.put([(n, t.clone()) for n, t in receive(pg, meta, "cpu", bucket_bytes=64)])
+    # Bytes, not tensors: a queued tensor is shared through a handle this process
+    # serves, and the process may have exited by the time the parent reads it.
+    buf = io.BytesIO()
+    torch.save([(n, t.clone()) for n, t in receive(pg, meta, "cpu", bucket_bytes=64)], buf)
+    queue.put(buf.getvalue())
 
 
 def test_gloo_broadcast_round_trip():
@@ -36,7 +41,7 @@ def test_gloo_broadcast_round_trip():
     proc.start()
     pg = init_group("127.0.0.1", port, 0, 2, "gloo", timeout_s=60)
     send(pg, meta, iter(tensors.values()), "cpu", bucket_bytes=64)
-    got = queue.get(timeout=60)
+    got = torch.load(io.BytesIO(queue.get(timeout=60)))
     proc.join(timeout=30)
     assert [n for n, _ in got] == list(tensors)
     for (_, t), ref in zip(got, tensors.values()):
