@@ -154,20 +154,34 @@ class Algorithm:
             metrics["seconds"]["checkpoint"] = round(time.perf_counter() - t0, 3)
         return metrics
 
+    def task_ids(self, split: str | None = None) -> list[str]:
+        """The tasks of ``split`` (default: the evaluation split), in the environment's order."""
+        return ray.get(self.runners[0].task_ids.remote(split or self.config["evaluation"]["split"]))
+
     def evaluate(self, split: str | None = None, num_tasks: int | None = None, method: str | None = None,
                  record_path: str | os.PathLike | None = None, num_samples: int | None = None,
-                 temperature: float | None = None) -> dict:
+                 temperature: float | None = None, task_ids: list[str] | None = None) -> dict:
         """n rollouts per task, no learning, no intervention; Pass@k / Pass^k summary.
         ``record_path``: append every rollout to this JSONL as demonstration records (with
         their rewards; ``pretrain_sft`` keeps those at or above ``sft(min_reward=...)``).
         ``num_samples`` / ``temperature`` override ``evaluation(...)`` for this call (e.g. a
-        greedy pass beside the sampled one)."""
+        greedy pass beside the sampled one). ``task_ids``: these tasks of the split instead
+        of its first ``num_tasks``. An episode's seeds come from its task, its sample index and
+        the run's seed, not from the call that plays it, so a slice evaluated in parts samples
+        what one call would (``metrics.merge_summaries`` joins the parts' summaries)."""
         e = dict(self.config["evaluation"])
         e.update({k: v for k, v in (("num_samples", num_samples), ("temperature", temperature)) if v is not None})
         split = split or e["split"]
-        ids = ray.get(self.runners[0].task_ids.remote(split))
-        n_tasks = num_tasks if num_tasks is not None else e["num_tasks"]
-        ids = ids[:n_tasks] if n_tasks else ids
+        ids = self.task_ids(split)
+        if task_ids is not None:
+            unknown = sorted(set(task_ids) - set(ids))
+            if unknown:
+                raise ValueError(f"task_ids: {unknown[:5]} are not tasks of split {split!r} (algo.task_ids({split!r}) "
+                                 "lists them)")
+            ids = list(task_ids)
+        else:
+            n_tasks = num_tasks if num_tasks is not None else e["num_tasks"]
+            ids = ids[:n_tasks] if n_tasks else ids
         specs = [EpisodeSpec(tid, j, self.config["debugging"]["seed"], f"eval-{self.iteration}", split)
                  for tid in ids for j in range(e["num_samples"])]
         sampling = self._sampling(temperature=e["temperature"])

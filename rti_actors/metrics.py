@@ -41,6 +41,28 @@ def summarize(successes: dict[str, list[bool]]) -> dict:
     return out
 
 
+def merge_summaries(parts: list[dict]) -> dict:
+    """The summary of the union of disjoint task sets, from each set's summary (as
+    ``summarize`` or ``Algorithm.evaluate`` return them, with the same n): every rate is a
+    mean over tasks, so the union's is the task-weighted mean; counts and seconds add up."""
+    if not parts:
+        raise ValueError("no summaries to merge")
+    ns = {p["n"] for p in parts}
+    if len(ns) != 1:
+        raise ValueError(f"summaries of different numbers of rollouts per task cannot merge, got {sorted(ns)}")
+    total = sum(p["num_tasks"] for p in parts)
+    out = {"n": ns.pop(), "num_tasks": total}
+    rates = [k for k, v in parts[0].items() if isinstance(v, float) and k not in ("seconds",)]
+    for k in rates:
+        out[k] = sum(p[k] * p["num_tasks"] for p in parts) / total
+    for k in ("tasks_left_out_infra", "seconds"):
+        if k in parts[0]:
+            out[k] = sum(p[k] for p in parts)
+    if "split" in parts[0]:
+        out["split"] = parts[0]["split"]
+    return out
+
+
 # Table 1's rows, top to bottom; a label is matched by its first word ("RTI (iter 3)" is RTI)
 PAPER_ORDER = ("base", "grpo", "gspo", "aepo", "opd", "luffy", "rti")
 

@@ -52,6 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rti_actors import RTIConfig  # noqa: E402
 from rti_actors.checkpoints import periodic  # noqa: E402
 from rti_actors.lora import merge_adapter  # noqa: E402
+from rti_actors.metrics import merge_summaries  # noqa: E402
 from rti_actors.reporting import progress_line  # noqa: E402
 from rti_actors.resume import EVALUATIONS, build_resumable, keep_newest, restore_kept  # noqa: E402
 
@@ -66,6 +67,7 @@ ARMS = {
 KEPT = "arms"  # under --out: what each arm (and the start policy) has finished
 START = "start"  # the start policy's evaluations, kept beside the arms'
 PROGRESS = "progress"  # an unfinished arm's newest checkpoint, kept by --keep-progress
+PIECES = "pieces"  # an unfinished evaluation's finished pieces
 MACHINE = "machine.json"  # per kept piece: the kind of CPU that ran it
 EVALS = {"sampled": {"num_samples": 4, "temperature": 0.8}, "greedy": {"num_samples": 1, "temperature": 0.0}}
 
@@ -104,20 +106,25 @@ def learner_dtype(run: Path) -> str:
     return "bfloat16" if cpu_has_native_bf16() else "float32"
 
 
-def record_machine(kept: Path, piece: str, **extra) -> None:
-    """Which kind of CPU ran ``piece`` (an arm's training or one evaluation), in
-    ``kept/machine.json``: pieces may run on different machines, and the engine samples in
-    bf16 only where the CPU has native bf16 matmuls, so a reader can see what ran where."""
+def this_machine(**extra) -> dict:
+    """The kind of CPU this process runs on: pieces may run on different machines, and the
+    engine samples in bf16 only where the CPU has native bf16 matmuls, so a reader of
+    ``machine.json`` can see what ran where."""
     from policies.engines import cpu_has_native_bf16, default_dtype
 
-    path = kept / MACHINE
-    done = json.loads(path.read_text()) if path.is_file() else {}
     cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
     model = next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")),
                  platform.machine())
-    done[piece] = {"cpu": model, "cores": os.cpu_count(),
-                   "native_bf16": cpu_has_native_bf16(), "engine_dtype": default_dtype("vllm", on_gpu=False),
-                   **extra}
+    return {"cpu": model, "cores": os.cpu_count(), "native_bf16": cpu_has_native_bf16(),
+            "engine_dtype": default_dtype("vllm", on_gpu=False), **extra}
+
+
+def record_machine(kept: Path, piece: str, ran_on: dict) -> None:
+    """``ran_on`` (``this_machine()``, or one per evaluation piece) as ``piece``'s entry of
+    ``kept/machine.json``."""
+    path = kept / MACHINE
+    done = json.loads(path.read_text()) if path.is_file() else {}
+    done[piece] = ran_on
     kept.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(done, indent=2))
 
@@ -150,7 +157,7 @@ def train_arm(args, arm: str) -> None:
     for f in ("config.json", "metrics.jsonl"):
         shutil.copy2(run / f, kept / f)
     shutil.copytree(run / "policy" / "adapter", kept / "adapter.tmp", dirs_exist_ok=True)
-    record_machine(kept, "train", learner_dtype=dtype)
+    record_machine(kept, "train", this_machine(learner_dtype=dtype))
     (kept / "adapter.tmp").rename(kept / "adapter")  # its presence marks the training done
     shutil.rmtree(kept / PROGRESS, ignore_errors=True)
 
@@ -168,25 +175,52 @@ def arm_policy(args, arm: str) -> Path:
 
 def evaluate_policy(args, name: str, policy: Path) -> None:
     """Each evaluation of ``EVALS`` that ``name`` lacks: ``policy`` on the held-out slice,
-    its rollouts recorded, kept as soon as it is done (one cut short is redone whole)."""
+    its rollouts recorded, in pieces of a few tasks, each kept as soon as it is done, so a
+    cut-short evaluation loses at most one piece. A piece is four waves of the env runners'
+    episodes, so the pieces take as many waves as the whole slice at once, and they sample
+    what one call would (``Algorithm.evaluate(task_ids=...)``)."""
     kept = kept_dir(args, name)
     todo = [label for label in EVALS if f"{name}-{label}" not in kept_evaluations(kept)]
     if not todo:
         return
     run = args.runs / f"{name}-eval"
     shutil.rmtree(run, ignore_errors=True)
-    algo = arm_config(args, "grpo", policy).reporting(run_dir=str(args.runs), run_name=run.name).build()
+    cfg = arm_config(args, "grpo", policy).reporting(run_dir=str(args.runs), run_name=run.name)
+    r = cfg.to_dict()["env_runners"]
+    algo = cfg.build()
     try:
+        ids = algo.task_ids()[:args.eval_tasks]
         for label in todo:
-            full, record = f"{name}-{label}", run / f"eval-{name}-{label}.jsonl"
-            summary = algo.evaluate(method=full, record_path=record, **EVALS[label])
-            print(f"[{name}] {label}: p@1 {summary['p@1']:.3f} on {summary['num_tasks']} tasks", flush=True)
-            kept.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(record, kept / record.name)
+            full, n = f"{name}-{label}", EVALS[label]["num_samples"]
+            size = max(1, 4 * r["num_env_runners"] * r["num_envs_per_env_runner"] // n)
+            pieces = [ids[i:i + size] for i in range(0, len(ids), size)]
+            part = kept / PIECES / full
+            for i, tasks in enumerate(pieces):
+                if (part / f"{i:03d}.json").is_file():
+                    continue
+                record = run / f"eval-{full}-{i:03d}.jsonl"
+                summary = algo.evaluate(method=full, record_path=record, task_ids=tasks, **EVALS[label])
+                part.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(record, part / record.name)
+                # the summary last: its presence marks the piece done
+                piece = {"summary": {k: v for k, v in summary.items() if k != "table"}, "machine": this_machine()}
+                (part / f"{i:03d}.json").write_text(json.dumps(piece, default=str))
+                print(f"[{name}] {label}: piece {i + 1}/{len(pieces)}, p@1 {summary['p@1']:.3f} on "
+                      f"{summary['num_tasks']} tasks", flush=True)
+            done_pieces = [json.loads((part / f"{i:03d}.json").read_text()) for i in range(len(pieces))]
+            merged = merge_summaries([x["summary"] for x in done_pieces])
+            with (kept / f"eval-{full}.jsonl").open("w", encoding="utf-8") as f:
+                for i in range(len(pieces)):
+                    f.write((part / f"eval-{full}-{i:03d}.jsonl").read_text(encoding="utf-8"))
             done = kept_evaluations(kept)
-            done[full] = {k: v for k, v in summary.items() if k != "table"}
+            done[full] = {**merged, "pieces": len(pieces)}
             (kept / EVALUATIONS).write_text(json.dumps(done, indent=2, default=str))
-            record_machine(kept, label)
+            machines = [x["machine"] for x in done_pieces]
+            record_machine(kept, label, machines[0] if all(m == machines[0] for m in machines) else machines)
+            shutil.rmtree(part)
+            if not any(part.parent.iterdir()):
+                part.parent.rmdir()
+            print(f"[{name}] {label}: p@1 {merged['p@1']:.3f} on {merged['num_tasks']} tasks", flush=True)
     finally:
         algo.stop()
 

@@ -6,6 +6,7 @@ import pytest
 import ray
 
 from rti_actors import RTIConfig
+from rti_actors.metrics import merge_summaries
 from rti_actors.trajectory import EpisodeSpec
 from tests.integration import learnable_env  # noqa: F401  (registers FirstLetter-v0)
 
@@ -51,10 +52,18 @@ def test_one_iteration_end_to_end(ray_cluster, flat_model, tmp_path, algorithm):
             r = json.loads(line)
             replies.setdefault(r["task_id"], set()).add(json.dumps(r["messages"][-1]))
         assert all(len(v) == 1 for v in replies.values())
+        # a slice evaluated in pieces samples what one call samples, rollout for rollout
+        ids = algo.task_ids()[:3]
+        whole = algo.evaluate(task_ids=ids, record_path=tmp_path / "whole.jsonl")
+        pieces = [algo.evaluate(task_ids=part, record_path=tmp_path / "pieces.jsonl") for part in (ids[:1], ids[1:])]
+        assert merge_summaries(pieces)["avg_p@k"] == pytest.approx(whole["avg_p@k"])
+        assert (tmp_path / "pieces.jsonl").read_text() == (tmp_path / "whole.jsonl").read_text()
+        with pytest.raises(ValueError, match="not tasks of split"):
+            algo.evaluate(task_ids=["no-such-task"])
     finally:
         algo.stop()
     lines = (tmp_path / "runs" / algorithm / "metrics.jsonl").read_text().splitlines()
-    assert [json.loads(l)["kind"] for l in lines] == ["train", "eval", "eval"]
+    assert [json.loads(l)["kind"] for l in lines] == ["train"] + ["eval"] * 5
     assert (tmp_path / "runs" / algorithm / "learning_curves.png").exists()
     assert list((tmp_path / "runs" / algorithm / "tensorboard").iterdir())
 

@@ -7,7 +7,7 @@ import pytest
 
 from rti_actors.config import ConfigError, RTIConfig
 from rti_actors.groups import assign_advantages, group_advantages, group_by_task, is_learnable
-from rti_actors.metrics import format_table, paper_order, pass_at_k, pass_hat_k, summarize
+from rti_actors.metrics import format_table, merge_summaries, paper_order, pass_at_k, pass_hat_k, summarize
 from rti_actors.replay import ReplayQueue
 from rti_actors.trajectory import Trajectory, learner_sample
 
@@ -34,6 +34,23 @@ def test_summarize_and_table():
     table = format_table({"RTI": {"Navigation": s}, "GRPO": {"Navigation": s}})
     assert "Navigation" in table and "62.50" in table and table.count("\n") == 4
     assert table.index("GRPO") < table.index("RTI")  # the paper's row order, whatever the order run
+
+
+def test_summaries_of_disjoint_parts_merge_into_the_whole():
+    rng = np.random.default_rng(0)
+    successes = {f"t{i}": list(rng.random(4) < p) for i, p in enumerate(rng.random(11))}
+    tasks = list(successes)
+    parts = [summarize({t: successes[t] for t in chunk}) for chunk in (tasks[:3], tasks[3:4], tasks[4:])]
+    for p, sec in zip(parts, (1.0, 2.0, 3.0)):
+        p["seconds"], p["tasks_left_out_infra"] = sec, 1
+    whole, merged = summarize(successes), merge_summaries(parts)
+    assert merged["num_tasks"] == 11 and merged["n"] == 4
+    assert merged["seconds"] == 6.0 and merged["tasks_left_out_infra"] == 3
+    for k in ("p@1", "pass@2", "pass^3", "avg_p@k", "avg_p^k"):
+        assert merged[k] == pytest.approx(whole[k])
+    assert merged["avg_p@k"] != pytest.approx(np.mean([p["avg_p@k"] for p in parts]))  # weighted, not averaged
+    with pytest.raises(ValueError, match="different numbers of rollouts"):
+        merge_summaries([parts[0], summarize({"x": [True, False]})])
 
 
 def test_paper_row_order_for_any_subset():

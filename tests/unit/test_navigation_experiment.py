@@ -14,6 +14,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import navigation_experiment as ne  # noqa: E402
 
+from rti_actors.metrics import summarize  # noqa: E402
+
 
 def _evaluated(kept: Path, name: str, rewards: dict[str, list[float]], label: str = "sampled") -> None:
     """``name``'s evaluation ``label`` kept as a finished one is."""
@@ -135,3 +137,46 @@ def test_an_unfinished_arm_continues_from_its_kept_progress(tmp_path, monkeypatc
 def test_a_missing_start_policy_says_how_to_make_it(tmp_path):
     with pytest.raises(SystemExit, match="warm_start.sh"):
         ne.main(["--policy", str(tmp_path / "nope"), "--runs", str(tmp_path), "--out", str(tmp_path)])
+
+
+def test_a_cut_short_evaluation_continues_at_its_next_piece(tmp_path, monkeypatch):
+    args = argparse.Namespace(runs=tmp_path / "runs", out=tmp_path / "out", policy=_policy(tmp_path), iterations=3,
+                              group_size=4, tasks_per_iteration=2, lr=1e-4, lora_rank=8, eval_tasks=35, seed=0)
+    ids = [f"t{i:02d}" for i in range(40)]
+    played, cut_after = [], [3]
+
+    class Algo:  # task i succeeds in its first sample when i is even
+        def task_ids(self):
+            return ids
+
+        def evaluate(self, method, record_path, task_ids, num_samples, temperature):
+            if len(played) == cut_after[0]:
+                raise KeyboardInterrupt  # the machine goes mid-piece
+            played.append((method, list(task_ids)))
+            ok = {t: [int(t[1:]) % 2 == 0 and j == 0 for j in range(num_samples)] for t in task_ids}
+            Path(record_path).parent.mkdir(parents=True, exist_ok=True)
+            with open(record_path, "a") as f:
+                f.writelines(json.dumps({"task_id": t, "reward": float(s)}) + "\n" for t in task_ids for s in ok[t])
+            return {**summarize(ok), "seconds": 1.0, "tasks_left_out_infra": 0, "table": "..."}
+
+        def stop(self):
+            pass
+    monkeypatch.setattr(ne.RTIConfig, "build", lambda self: Algo())
+    with pytest.raises(KeyboardInterrupt):
+        ne.evaluate_policy(args, "start", args.policy)
+    # 2 runners x 4 envs, four waves: 8 tasks of 4 samples a piece; three pieces were kept
+    assert [len(t) for _, t in played] == [8, 8, 8]
+    assert not ne.kept_evaluations(ne.kept_dir(args, "start"))
+    played.clear()
+    cut_after[0] = -1
+    ne.evaluate_policy(args, "start", args.policy)  # another machine: the rest, nothing twice
+    assert [(m, t[0], len(t)) for m, t in played] == [("start-sampled", "t24", 8), ("start-sampled", "t32", 3),
+                                                      ("start-greedy", "t00", 32), ("start-greedy", "t32", 3)]
+    kept = ne.kept_dir(args, "start")
+    done = ne.kept_evaluations(kept)
+    assert done["start-sampled"]["num_tasks"] == 35 and done["start-sampled"]["pieces"] == 5
+    assert done["start-sampled"]["p@1"] == pytest.approx(18 / 35 / 4) and done["start-greedy"]["p@1"] == pytest.approx(18 / 35)
+    records = [json.loads(x) for x in (kept / "eval-start-sampled.jsonl").read_text().splitlines()]
+    assert [r["task_id"] for r in records[::4]] == ids[:35]  # every task once, in order
+    assert ne.heldout(kept / "eval-start-sampled.jsonl")["p@1"] == pytest.approx(done["start-sampled"]["p@1"])
+    assert not (kept / ne.PIECES).exists() and json.loads((kept / ne.MACHINE).read_text())["greedy"]["cores"]
