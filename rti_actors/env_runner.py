@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import reprlib
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 from envs.base import finite_number
@@ -80,6 +81,7 @@ class Episode:
     intervened_step: int | None = None
     corrected_span: tuple[int, int] | None = None
     infra_error: str = ""
+    started: float = field(default_factory=time.perf_counter)  # for the trajectory's seconds
 
     def result(self, seconds: float, drift: dict | None) -> Trajectory:
         """The one place a Trajectory is made."""
@@ -119,23 +121,30 @@ class EnvRunner(Restartable):
         return list(env.unwrapped.task_ids(split))
 
     def sample(self, specs: list[EpisodeSpec], sampling: dict) -> list[Trajectory]:
-        """Play one episode per spec; waves of ``num_envs`` episodes run concurrently.
-        Returns trajectories in spec order."""
-        out = []
-        for i in range(0, len(specs), len(self.envs)):
-            wave = specs[i:i + len(self.envs)]
-            trajs = self._play([self._open(env, spec) for env, spec in zip(self.envs, wave)], sampling)
-            for attempt in range(1, self.max_episode_retries + 1):
-                failed = [k for k, t in enumerate(trajs) if t.infra_error]
-                if not failed:
-                    break
-                # the env failed, not the agent: replay the episode on a fresh env (a broken
-                # connection or corrupted state goes with the old one), same seeds
-                for k in failed:
-                    self.envs[k] = self.creator(dict(self.env_config))
-                for k, t in zip(failed, self._play([self._open(self.envs[k], wave[k]) for k in failed], sampling)):
-                    t.infra_retries, trajs[k] = attempt, t
-            out += trajs
+        """Play one episode per spec, ``num_envs`` at a time: an env takes the next spec as
+        soon as its episode ends, so a long episode holds up no other and the engines' batch
+        stays full. Returns trajectories in spec order."""
+        out: list[Trajectory | None] = [None] * len(specs)
+        todo = deque(enumerate(specs))
+        playing: dict[int, tuple[int, int, Episode]] = {}  # env slot -> (spec index, attempt, episode)
+        while todo or playing:
+            for slot in range(len(self.envs)):
+                if slot not in playing and todo:
+                    i, spec = todo.popleft()
+                    playing[slot] = (i, 0, self._open(self.envs[slot], spec))
+            self._turn([ep for _, _, ep in playing.values()], sampling)
+            for slot, (i, attempt, ep) in list(playing.items()):
+                if not ep.done:
+                    continue
+                if ep.infra_error and attempt < self.max_episode_retries:
+                    # the env failed, not the agent: replay the episode on a fresh env (a broken
+                    # connection or corrupted state goes with the old one), same seeds
+                    self.envs[slot] = self.creator(dict(self.env_config))
+                    playing[slot] = (i, attempt + 1, self._open(self.envs[slot], specs[i]))
+                    continue
+                out[i] = self._finish(ep)
+                out[i].infra_retries = attempt
+                del playing[slot]
         return out
 
     def continue_from(self, requests: list[Continuation], sampling: dict) -> list[Trajectory | ReplayFailure]:
@@ -224,32 +233,37 @@ class EnvRunner(Restartable):
         ep.corrected_span = (start, start + len(req.ids))
         return ep
 
-    def _play(self, episodes: list[Episode], sampling: dict) -> list[dict]:
-        t0 = time.perf_counter()
+    def _play(self, episodes: list[Episode], sampling: dict) -> list[Trajectory]:
+        while not all(ep.done for ep in episodes):
+            self._turn(episodes, sampling)
+        return [self._finish(ep) for ep in episodes]
+
+    def _turn(self, episodes: list[Episode], sampling: dict) -> None:
+        """One turn of every live episode: their generation prompts go to the engines as one
+        batch, then each env steps on its reply."""
         max_len = int(self.policy["max_model_len"])
-        while True:
-            live, prompts, seeds, gps = [], [], [], []
-            for ep in episodes:
-                if ep.done:
-                    continue
-                gp = self.renderer.generation_prompt_ids(ep.messages)
-                if len(ep.buf) + len(gp) + 1 > max_len:  # nothing left to generate into
-                    ep.context_truncated = ep.truncated = ep.done = True
-                    continue
-                live.append(ep)
-                prompts.append(ep.buf.ids + gp)
-                gps.append(gp)
-                s = ep.spec
-                seeds.append(request_seed(s.seed, s.round, s.task_id, s.sample_index, len(ep.actions)))
-            if not live:
-                break
-            gens = self.engines.generate(prompts, sampling, seeds)
-            for ep, gp, gen in zip(live, gps, gens):
-                self._advance(ep, gp, gen, max_len)
-        seconds = time.perf_counter() - t0
-        return [ep.result(seconds, self.renderer.drift(ep.messages, ep.buf.ids) if self.check_drift and ep.messages
-                          else None)
-                for ep in episodes]
+        live, prompts, seeds, gps = [], [], [], []
+        for ep in episodes:
+            if ep.done:
+                continue
+            gp = self.renderer.generation_prompt_ids(ep.messages)
+            if len(ep.buf) + len(gp) + 1 > max_len:  # nothing left to generate into
+                ep.context_truncated = ep.truncated = ep.done = True
+                continue
+            live.append(ep)
+            prompts.append(ep.buf.ids + gp)
+            gps.append(gp)
+            s = ep.spec
+            seeds.append(request_seed(s.seed, s.round, s.task_id, s.sample_index, len(ep.actions)))
+        if not live:
+            return
+        gens = self.engines.generate(prompts, sampling, seeds)
+        for ep, gp, gen in zip(live, gps, gens):
+            self._advance(ep, gp, gen, max_len)
+
+    def _finish(self, ep: Episode) -> Trajectory:
+        drift = self.renderer.drift(ep.messages, ep.buf.ids) if self.check_drift and ep.messages else None
+        return ep.result(time.perf_counter() - ep.started, drift)
 
     def _advance(self, ep: Episode, gen_prompt: list[int], gen: dict, max_len: int) -> None:
         ids, lps = gen["token_ids"], gen["logprobs"]
