@@ -77,8 +77,8 @@ DEFAULTS: dict[str, dict] = {
         "group_mode": "append",     # or "replace"
         "exclude_truncated": True,  # context-truncated trajectories are not eligible sources
         "max_role_tokens": 256,
-        "structured_verdicts": True,
-        "tracked_fixes": 16,        # the first accepted fixes, re-scored after every update (0: off)  # Validator/Verifier JSON decoded under its schema on our engines
+        "structured_verdicts": True,  # Validator/Verifier JSON decoded under its schema on our engines
+        "tracked_fixes": 16,        # the first accepted fixes, re-scored after every update (0: off)
         "num_role_actors": 1,
         "gate_max_batch": 16,
         "gate_max_wait_ms": 20,
@@ -239,7 +239,8 @@ WANTS: dict[str, dict[str, Want]] = {
         "candidates_per_wave": COUNT, "interventions_per_trajectory": _one_of(1, 2),
         "corrector_attempts": COUNT, "corrector_temperature": _num(0), "max_validator_steps": COUNT,
         "verifier": BOOL, "verifier_llm": BOOL, "group_mode": _one_of("append", "replace"),
-        "exclude_truncated": BOOL, "max_role_tokens": COUNT, "structured_verdicts": BOOL, "tracked_fixes": _int(0), "num_role_actors": COUNT, "gate_max_batch": COUNT,
+        "exclude_truncated": BOOL, "max_role_tokens": COUNT, "structured_verdicts": BOOL, "tracked_fixes": _int(0),
+        "num_role_actors": COUNT, "gate_max_batch": COUNT,
         "gate_max_wait_ms": _num(0), "endpoint_model": TEXT, "endpoint_api_key_env": Want("name")},
     "teacher": {"source": Want("path", why="'oracle' or a demonstrations JSONL file"),
                 "traces_per_group": COUNT, "gamma": _num(0, open_low=True, why="the shaping p / (p + gamma) needs gamma > 0"),
