@@ -297,6 +297,10 @@ class Intervention:
             res.depth = cd.traj.depth + 1 if cd.traj.depth is not None else 0
             res.diagnosis = cd.verdict.get("diagnosis", "")
             rescued.append(res)
+            # partial credit of the fixed run against its source: what a fix did when the
+            # continuation still fails (progress is 0 for an env without partial credit)
+            c["progress_source"] += cd.traj.progress
+            c["progress_continued"] += res.progress
         c["continued"] += len(rescued)
         c["continuation_success"] += sum(t.reward >= 1.0 for t in rescued)
         return rescued
@@ -306,6 +310,8 @@ class Intervention:
         m["rti/provider"] = self.cfg["roles"] if self.cfg["roles"] in ("self", "rules") else "model"
         m["rti/frac_triggered"] = c["triggered_groups"] / max(c["groups"], 1)
         m["rti/continuation_success_rate"] = c["continuation_success"] / c["continued"] if c["continued"] else float("nan")
+        for k in ("progress_source", "progress_continued"):  # means over the continued runs
+            m[f"rti/{k}"] = c[k] / c["continued"] if c["continued"] else float("nan")
         m["rti/frac_learnable_before"] = float(np.mean([is_learnable(g) for g in before])) if before else 0.0
         m["rti/frac_learnable_after"] = float(np.mean([is_learnable(g) for g in after])) if after else 0.0
         m["rti/ppl_all"] = [round(p, 3) for p in stats["ppls"] if math.isfinite(p)]

@@ -6,6 +6,7 @@ plain objects the way it calls actors."""
 import math
 from collections import Counter
 
+import numpy as np
 import pytest
 
 import envs  # noqa: F401  (registers the built-in envs)
@@ -111,6 +112,14 @@ def test_per_group_cap_and_sample_index_bookkeeping(parts):
         for t in rescued:
             assert t.sample_index == len(g_in) and t.source_index in {x.sample_index for x in g_in}
             assert t.depth == 0 and t.intervened_step is not None
+    # partial credit of the continued runs and of the runs they were fixed from (Navigation's
+    # route checks), each averaged over the continued runs
+    pairs = [(t, next(x for x in g_in if x.sample_index == t.source_index))
+             for g_in, g_out in zip(groups, out) for t in g_out if t.intervened]
+    assert len(pairs) == m["rti/continued"] >= 1
+    assert m["rti/progress_continued"] == pytest.approx(np.mean([t.progress for t, _ in pairs]))
+    assert m["rti/progress_source"] == pytest.approx(np.mean([x.progress for _, x in pairs]))
+    assert all("progress" in t.reward_breakdown for t, _ in pairs)
     two, _ = _intervention(parts, max_accepted_per_group=2).run(groups, version=0, round_=0,
                                                                 evidence=parts["evidence"])
     for g_in, g_out in zip(groups, two):
