@@ -225,6 +225,31 @@ def evaluate_policy(args, name: str, policy: Path) -> None:
         algo.stop()
 
 
+def adds_nothing(adapter: Path) -> bool:
+    """Whether a kept adapter leaves the start policy as it was: every LoRA B matrix still
+    zero, as initialised, because the arm never took an update (every group all-fail and
+    nothing rescued). Its policy is then the start policy, weight for weight."""
+    from safetensors.torch import load_file
+
+    b = [v for k, v in load_file(str(adapter / "adapter_model.safetensors")).items() if "lora_B" in k]
+    return bool(b) and not any(bool(v.any()) for v in b)
+
+
+def reuse_start_evaluations(args, arm: str) -> None:
+    """An arm whose policy is the start policy gets the start policy's evaluations: the same
+    weights, tasks and per-episode seeds would sample the same rollouts again, hours of CPU
+    for nothing. They are marked ``same_policy_as: start``, in the table too."""
+    kept, start = kept_dir(args, arm), kept_dir(args, START)
+    done, start_done = kept_evaluations(kept), kept_evaluations(start)
+    for label in EVALS:
+        if f"{arm}-{label}" in done:
+            continue
+        shutil.copy2(start / f"eval-{START}-{label}.jsonl", kept / f"eval-{arm}-{label}.jsonl")
+        done[f"{arm}-{label}"] = {**start_done[f"{START}-{label}"], "same_policy_as": START}
+        record_machine(kept, label, {"same_policy_as": START})
+    (kept / EVALUATIONS).write_text(json.dumps(done, indent=2, default=str))
+
+
 def keep_progress(args, arms: list[str]) -> None:
     """The newest checkpoint (and metrics so far) of each arm still training, kept under
     ``--out`` for a later session on another machine to continue from (LoRA's checkpoint
@@ -307,7 +332,8 @@ def table(results: dict) -> str:
     for arm, r in results.items():
         for label, s in r["heldout"].items():
             ci = s.get("p@1_ci95", [float("nan")] * 2)
-            lines.append(f"| {label.rsplit('-', 1)[0]} | {label.rsplit('-', 1)[1]} | {100 * s['p@1']:.1f} "
+            name = label.rsplit('-', 1)[0] + (" (= start: never updated)" if s.get("same_policy_as") else "")
+            lines.append(f"| {name} | {label.rsplit('-', 1)[1]} | {100 * s['p@1']:.1f} "
                          f"[{100 * ci[0]:.1f}, {100 * ci[1]:.1f}] | {100 * s['avg_p@k']:.1f} | "
                          f"{100 * s['avg_p^k']:.1f} | {s['num_tasks']} |")
     return "\n".join(lines)
@@ -363,7 +389,12 @@ def main(argv=None) -> None:
             report(args)
         evaluate_policy(args, START, args.policy)
         for arm in arms:
-            evaluate_policy(args, arm, arm_policy(args, arm))
+            if all(f"{arm}-{label}" in kept_evaluations(kept_dir(args, arm)) for label in EVALS):
+                continue
+            if adds_nothing(kept_dir(args, arm) / "adapter"):
+                reuse_start_evaluations(args, arm)
+            else:
+                evaluate_policy(args, arm, arm_policy(args, arm))
             report(args)
     report(args)
 

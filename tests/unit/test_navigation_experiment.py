@@ -180,3 +180,29 @@ def test_a_cut_short_evaluation_continues_at_its_next_piece(tmp_path, monkeypatc
     assert [r["task_id"] for r in records[::4]] == ids[:35]  # every task once, in order
     assert ne.heldout(kept / "eval-start-sampled.jsonl")["p@1"] == pytest.approx(done["start-sampled"]["p@1"])
     assert not (kept / ne.PIECES).exists() and json.loads((kept / ne.MACHINE).read_text())["greedy"]["cores"]
+
+
+def test_an_arm_that_never_updated_reuses_the_start_policys_evaluations(tmp_path, monkeypatch):
+    import torch
+    from safetensors.torch import save_file
+
+    out = tmp_path / "out"
+    for label in ne.EVALS:
+        _evaluated(out / ne.KEPT / "start", "start", {"a": [1, 0, 0, 0], "b": [0, 0, 0, 0]}, label)
+    for arm, b in (("grpo", 0.0), ("rti-rules", 0.5)):
+        _trained(out / ne.KEPT / arm, [{"step": 1, "success_rate": 0.0}])
+        save_file({"m.lora_A.weight": torch.ones(2, 4), "m.lora_B.weight": torch.full((4, 2), b)},
+                  str(out / ne.KEPT / arm / "adapter" / "adapter_model.safetensors"))
+    assert ne.adds_nothing(out / ne.KEPT / "grpo" / "adapter")
+    assert not ne.adds_nothing(out / ne.KEPT / "rti-rules" / "adapter")  # an update moved B
+    evaluated = []
+    monkeypatch.setattr(ne, "build_resumable", lambda *a: pytest.fail("a kept arm was trained again"))
+    monkeypatch.setattr(ne, "merge_adapter", lambda *a: Path(a[2]).mkdir(parents=True))
+    monkeypatch.setattr(ne, "evaluate_policy", lambda args, name, policy: evaluated.append(name))
+    ne.main(["--arms", "grpo,rti-rules", "--policy", str(_policy(tmp_path)), "--runs", str(tmp_path / "runs"),
+             "--out", str(out)])
+    assert evaluated == ["start", "rti-rules"]  # grpo's policy is the start policy: not sampled again
+    res = json.loads((out / "results.json").read_text())
+    start, grpo = res["start"]["heldout"]["start-sampled"], res["grpo"]["heldout"]["grpo-sampled"]
+    assert grpo["p@1"] == start["p@1"] == pytest.approx(0.125) and grpo["same_policy_as"] == "start"
+    assert "| grpo (= start: never updated) | greedy |" in (out / "heldout.md").read_text()
