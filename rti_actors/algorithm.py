@@ -138,6 +138,9 @@ class Algorithm:
                 rti.update(self.fixes.rescore(self.intervention.gate))
         metrics = self._train_metrics([tr for tr in trajectories if not tr.infra_error], groups, learn, times)
         metrics["pre_intervention_pass_at_G"] = pre_pass_at_g
+        # the iteration's tasks in draw order: runs with one seed can be checked to have
+        # trained on the same tasks, whatever else differs
+        metrics["task_ids"] = list(dict.fromkeys(tr.task_id for tr in trajectories))
         metrics.update(faults)
         metrics.update(self._fault_metrics())
         metrics.update(rti)

@@ -199,6 +199,12 @@ def _start(c: RTIConfig, model_path: str, renderer, started: list, log_dir: Path
     train_ids = ray.get(runners[0].task_ids.remote("train"))
     if not train_ids:
         raise ConfigError(f"environment {env!r} has no tasks in its 'train' split")
+    if t["task_ids"] is not None:
+        unknown = sorted(set(t["task_ids"]) - set(train_ids))
+        if unknown:
+            raise ConfigError(f"training(task_ids=...): {unknown[:5]} ({len(unknown)} in all) are not tasks of "
+                              f"{env!r}'s 'train' split; give ids from env.task_ids('train')")
+        train_ids = list(t["task_ids"])
 
     if t["algorithm"] == "luffy" and c["teacher"]["source"] == "oracle" and not ray.get(runners[0].has_oracle.remote()):
         raise ConfigError(f"teacher(source='oracle') needs an environment with a scripted oracle_agent(); {env!r} "

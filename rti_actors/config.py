@@ -47,7 +47,10 @@ DEFAULTS: dict[str, dict] = {
                  # gspo_clip: [low, high] from the GSPO paper (Zheng et al., 2025), tiny because sequence
                  # ratios are length-normalised; a list so that it survives JSON, a float = symmetric
                  "clip": 0.2, "gspo_clip": [3e-4, 4e-4], "micro_batch_tokens": 4096, "grad_clip": 1.0,
-                 "max_policy_lag": 0, "skip_zero_variance_groups": True},
+                 "max_policy_lag": 0, "skip_zero_variance_groups": True,
+                 # task_ids: train on these tasks of the 'train' split only (e.g. a curriculum's
+                 # easy slice); None: the whole split
+                 "task_ids": None},
     "learners": {"backend": "deepspeed", "zero_stage": 0, "num_cpus_per_learner": 0.5, "num_gpus_per_learner": 0,
                  "dtype": None, "num_threads_per_learner": None,
                  # "auto": broadcast (NCCL) when learner and engines are on GPUs, else the object store
@@ -137,7 +140,9 @@ _KINDS = {"bool": (lambda v: isinstance(v, bool), "True or False"),
           "path": (lambda v: isinstance(v, os.PathLike) or isinstance(v, str) and v != "", "a non-empty path"),
           "name": (lambda v: isinstance(v, str) and bool(_ENV_NAME.fullmatch(v)),
                    "an environment variable name (letters, digits and _)"),
-          "dict": (lambda v: isinstance(v, dict), "a dict")}
+          "dict": (lambda v: isinstance(v, dict), "a dict"),
+          "ids": (lambda v: isinstance(v, (list, tuple)) and len(v) > 0 and all(isinstance(x, str) and x for x in v),
+                  "a non-empty list of task ids (strings)")}
 
 
 @dataclass(frozen=True)
@@ -226,7 +231,8 @@ WANTS: dict[str, dict[str, Want]] = {
                  "tasks_per_iteration": COUNT, "lr": _num(0, open_low=True), "weight_decay": _num(0),
                  "clip": _num(0, 1, open_low=True, open_high=True), "micro_batch_tokens": COUNT,
                  "grad_clip": _num(0, why="0 turns clipping off"),
-                 "max_policy_lag": _int(0, why="0 = strictly on-policy"), "skip_zero_variance_groups": BOOL},
+                 "max_policy_lag": _int(0, why="0 = strictly on-policy"), "skip_zero_variance_groups": BOOL,
+                 "task_ids": Want("ids", none=True)},
     "learners": {"backend": _one_of("deepspeed", "torch", why="unknown learner backend"),
                  "zero_stage": _one_of(0, 1, 2, 3), "num_cpus_per_learner": CPUS, "num_gpus_per_learner": CPUS,
                  "dtype": _one_of(None, "float32", "bfloat16"), "num_threads_per_learner": _int(1, none=True),

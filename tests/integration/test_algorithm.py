@@ -70,12 +70,17 @@ def test_one_iteration_end_to_end(ray_cluster, flat_model, tmp_path, algorithm):
 
 def test_zero_variance_groups_are_not_trained(ray_cluster, flat_model, tmp_path):
     # an unreachable target: every reward is 0, so no group can teach anything
-    algo = (_config(flat_model, tmp_path, skip_zero_variance_groups=True)
+    # training(task_ids=...): only those tasks of the train split are drawn
+    algo = (_config(flat_model, tmp_path, skip_zero_variance_groups=True, task_ids=["train-1", "train-3"])
             .environment(env_config={"target": "\u2603"}).build())
     try:
         m = algo.train()
     finally:
         algo.stop()
+    assert sorted(m["task_ids"]) == ["train-1", "train-3"]
+    from rti_actors.config import ConfigError
+    with pytest.raises(ConfigError, match=r"\['test-1', 'train-99'\] \(2 in all\) are not tasks of"):
+        _config(flat_model, tmp_path, task_ids=["train-1", "train-99", "test-1"]).build()
     assert m["frac_zero_variance_groups"] == 1.0
     assert m["learner"]["skipped"] and m["learner"]["num_groups_trained"] == 0
     assert m["policy_version"] == 0  # nothing learned, nothing published

@@ -116,6 +116,8 @@ def test_config_round_trip_and_freeze():
     (lambda c: c.environment("NoSuchEnv-v0"), "unknown environment"),
     (lambda c: c.training(algorithm="ppo"), "unknown algorithm"),
     (lambda c: c.training(group_size=1), "at least 2"),
+    (lambda c: c.training(task_ids=[]), "non-empty list of task ids"),
+    (lambda c: c.training(task_ids="nav-0001"), "non-empty list of task ids"),
     (lambda c: c.policy(engine="tgi"), "unknown engine"),
     (lambda c: c.learners(zero_stage=4), "zero_stage"),
     (lambda c: c.env_runners(num_env_runners=0), "num_env_runners"),
