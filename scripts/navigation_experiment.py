@@ -20,6 +20,8 @@ How to run (hours on a CPU; one piece at a time, each arm checkpointed every ite
     python scripts/navigation_experiment.py --keep-progress # before the machine goes: keep an
                                                             # unfinished arm's checkpoint too
     python scripts/navigation_experiment.py --report-only   # tables and plots from what ran
+    python scripts/navigation_experiment.py --train-max-waypoints 3 # the arms again, training on
+                                    # the 3-waypoint tasks only (arms <arm>-w3, same evaluations)
 
 Results to expect, under --out (default results/navigation-cpu/): ``results.json`` (every
 arm's per-iteration metrics and held-out summaries with 95% bootstrap intervals over
@@ -72,12 +74,33 @@ MACHINE = "machine.json"  # per kept piece: the kind of CPU that ran it
 EVALS = {"sampled": {"num_samples": 4, "temperature": 0.8}, "greedy": {"num_samples": 1, "temperature": 0.0}}
 
 
+ENV_CONFIG = {"language": "en", "max_turns": 14, "page_size": 3, "poi_extensions": "base"}
+
+
+def base_arm(name: str) -> str:
+    """The arm of ARMS a name runs: ``rti-self-w3`` is ``rti-self`` on the 3-waypoint slice."""
+    head, _, tail = name.rpartition("-w")
+    return head if head in ARMS and tail.isdigit() else name
+
+
+def arm_names(args) -> list[str]:
+    suffix = f"-w{args.train_max_waypoints}" if args.train_max_waypoints else ""
+    return [a + suffix for a in args.arms.split(",")]
+
+
+def train_slice(max_waypoints: int) -> list[str]:
+    """The training tasks with at most ``max_waypoints`` waypoints, in the split's order."""
+    from envs import make_env
+
+    env = make_env("Navigation-v0", {**ENV_CONFIG, "split": "train"}).unwrapped
+    return [t for t in env.task_ids("train") if env.difficulty(t)["waypoints"] <= max_waypoints]
+
+
 def arm_config(args, arm: str, policy: Path, dtype: str = "float32") -> RTIConfig:
-    spec = dict(ARMS[arm])
+    spec = dict(ARMS[base_arm(arm)])
     algorithm = spec.pop("algorithm")
     cfg = (RTIConfig()
-           .environment("Navigation-v0", env_config={"language": "en", "max_turns": 14, "page_size": 3,
-                                                     "poi_extensions": "base"})
+           .environment("Navigation-v0", env_config=dict(ENV_CONFIG))
            .policy(model=str(policy), engine="vllm", max_new_tokens=320, max_model_len=8192, temperature=0.8)
            .env_runners(num_env_runners=2, num_envs_per_env_runner=4)
            .training(algorithm=algorithm, group_size=args.group_size, tasks_per_iteration=args.tasks_per_iteration,
@@ -86,6 +109,8 @@ def arm_config(args, arm: str, policy: Path, dtype: str = "float32") -> RTIConfi
            .evaluation(num_tasks=args.eval_tasks)
            .debugging(seed=args.seed)
            .reporting(run_dir=str(args.runs), run_name=arm))
+    if arm != base_arm(arm):
+        cfg = cfg.training(task_ids=train_slice(int(arm.rpartition("-w")[2])))
     return cfg.interventions(**spec) if algorithm == "rti" else cfg
 
 
@@ -285,9 +310,17 @@ def heldout(path: Path) -> dict | None:
     return {"p@1": p1(per_task.values()), "p@1_ci95": bootstrap(per_task, p1), "num_tasks": len(per_task)}
 
 
+def known_names(args) -> list[str]:
+    """The start policy, then every arm with something kept or running, in ARMS order (an arm
+    on a training slice after the same arm on the whole split)."""
+    found = {d.name for root in (args.out / KEPT, args.runs) if root.is_dir() for d in root.iterdir()
+             if d.is_dir() and base_arm(d.name) in ARMS}
+    return [START, *sorted(found, key=lambda n: (list(ARMS).index(base_arm(n)), n))]
+
+
 def collect(args) -> dict:
     out = {}
-    for name in (START, *ARMS):
+    for name in known_names(args):
         kept = kept_dir(args, name)
         # an arm still training: its curves so far (this machine's run, else the kept progress)
         metrics = next((d / "metrics.jsonl" for d in (kept, args.runs / name, kept / PROGRESS)
@@ -366,14 +399,17 @@ def main(argv=None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--runs", type=Path, default=Path("runs/navigation-experiment"))
     ap.add_argument("--out", type=Path, default=Path("results/navigation-cpu"))
+    ap.add_argument("--train-max-waypoints", type=int, default=None,
+                    help="train on the training tasks with at most this many waypoints; the arms are named "
+                         "<arm>-w<N> and share the start policy's evaluations")
     ap.add_argument("--report-only", action="store_true")
     ap.add_argument("--keep-progress", action="store_true",
                     help="keep each unfinished arm's newest checkpoint under --out (before this machine goes)")
     args = ap.parse_args(argv)
-    arms = args.arms.split(",")
-    unknown = [a for a in arms if a not in ARMS]
+    unknown = [a for a in args.arms.split(",") if a not in ARMS]
     if unknown:
         raise SystemExit(f"--arms: unknown {unknown}; choose from {list(ARMS)}")
+    arms = arm_names(args)
     if args.keep_progress:
         return keep_progress(args, arms)
     if not args.report_only:
@@ -381,7 +417,10 @@ def main(argv=None) -> None:
             raise SystemExit(f"--policy {args.policy}: no model folder; make it with `bash scripts/warm_start.sh "
                              "navigation` (it rebuilds the kept warm start in seconds)")
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "commands.txt").write_text("python " + shlex.join(sys.argv) + "\n")
+        done = (args.out / "commands.txt").read_text().splitlines() if (args.out / "commands.txt").is_file() else []
+        command = "python " + shlex.join(sys.argv)
+        if command not in done:
+            (args.out / "commands.txt").write_text("\n".join([*done, command]) + "\n")
         # every arm's training first: its curves (rescues, learnable groups, PPL of fixes) are
         # the mechanism, and they come in hours; the held-out evaluations take most of the time
         for arm in arms:

@@ -206,3 +206,22 @@ def test_an_arm_that_never_updated_reuses_the_start_policys_evaluations(tmp_path
     start, grpo = res["start"]["heldout"]["start-sampled"], res["grpo"]["heldout"]["grpo-sampled"]
     assert grpo["p@1"] == start["p@1"] == pytest.approx(0.125) and grpo["same_policy_as"] == "start"
     assert "| grpo (= start: never updated) | greedy |" in (out / "heldout.md").read_text()
+
+
+def test_arms_on_a_training_slice_train_on_it_only_and_report_beside_the_others(tmp_path):
+    args = argparse.Namespace(runs=tmp_path / "runs", out=tmp_path / "out", policy=_policy(tmp_path), iterations=4,
+                              group_size=4, tasks_per_iteration=2, lr=1e-4, lora_rank=8, eval_tasks=35, seed=0,
+                              arms="grpo,rti-self", train_max_waypoints=3)
+    assert ne.arm_names(args) == ["grpo-w3", "rti-self-w3"]
+    cfg = ne.arm_config(args, "rti-self-w3", args.policy).to_dict()
+    ids = cfg["training"]["task_ids"]
+    assert cfg["training"]["algorithm"] == "rti" and cfg["interventions"]["roles"] == "self"
+    from envs import make_env
+    env = make_env("Navigation-v0", {**ne.ENV_CONFIG, "split": "train"}).unwrapped
+    assert ids and {env.difficulty(t)["waypoints"] for t in ids} == {3}
+    assert len(ids) == sum(env.difficulty(t)["waypoints"] == 3 for t in env.task_ids("train"))
+    assert ne.arm_config(args, "grpo", args.policy).to_dict()["training"]["task_ids"] is None  # the whole split
+    for name in ("rti-self-w3", "grpo", "grpo-w3", "rti-rules", "start"):
+        _trained(args.out / ne.KEPT / name, [{"step": 1}])
+    (args.runs / "grpo-eval").mkdir(parents=True)  # an evaluation's run directory is not an arm
+    assert ne.known_names(args) == ["start", "grpo", "grpo-w3", "rti-rules", "rti-self-w3"]
