@@ -347,11 +347,12 @@ def plot(results: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(2, 4, figsize=(16, 6.5))
+    color = {arm: f"C{i}" for i, arm in enumerate(results)}  # one arm, one colour, in every panel
     for ax, (key, title) in zip(axes.flat, CURVES):
         for arm, r in results.items():
             pts = [(row["step"], row[key]) for row in r["train"] if isinstance(row.get(key), (int, float))]
             if pts:
-                ax.plot(*zip(*pts), marker="o", label=arm)
+                ax.plot(*zip(*pts), marker="o", label=arm, color=color[arm])
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("iteration")
     axes.flat[0].legend(fontsize=7)
