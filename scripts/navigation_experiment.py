@@ -20,6 +20,7 @@ How to run (hours on a CPU; one piece at a time, each arm checkpointed every ite
     python scripts/navigation_experiment.py --keep-progress # before the machine goes: keep an
                                                             # unfinished arm's checkpoint too
     python scripts/navigation_experiment.py --report-only   # tables and plots from what ran
+    python scripts/navigation_experiment.py --train-only    # the arms' training, no evaluation yet
     python scripts/navigation_experiment.py --train-max-waypoints 3 # the arms again, training on
                                     # the 3-waypoint tasks only (arms <arm>-w3, same evaluations)
 
@@ -403,6 +404,7 @@ def main(argv=None) -> None:
     ap.add_argument("--train-max-waypoints", type=int, default=None,
                     help="train on the training tasks with at most this many waypoints; the arms are named "
                          "<arm>-w<N> and share the start policy's evaluations")
+    ap.add_argument("--train-only", action="store_true", help="train the arms, evaluate nothing yet")
     ap.add_argument("--report-only", action="store_true")
     ap.add_argument("--keep-progress", action="store_true",
                     help="keep each unfinished arm's newest checkpoint under --out (before this machine goes)")
@@ -427,6 +429,8 @@ def main(argv=None) -> None:
         for arm in arms:
             train_arm(args, arm)
             report(args)
+        if args.train_only:
+            return
         evaluate_policy(args, START, args.policy)
         for arm in arms:
             if all(f"{arm}-{label}" in kept_evaluations(kept_dir(args, arm)) for label in EVALS):

@@ -199,7 +199,11 @@ def test_an_arm_that_never_updated_reuses_the_start_policys_evaluations(tmp_path
     monkeypatch.setattr(ne, "build_resumable", lambda *a: pytest.fail("a kept arm was trained again"))
     monkeypatch.setattr(ne, "merge_adapter", lambda *a: Path(a[2]).mkdir(parents=True))
     monkeypatch.setattr(ne, "evaluate_policy", lambda args, name, policy: evaluated.append(name))
-    ne.main(["--arms", "grpo,rti-rules", "--policy", str(_policy(tmp_path)), "--runs", str(tmp_path / "runs"),
+    policy = _policy(tmp_path)
+    ne.main(["--arms", "grpo,rti-rules", "--policy", str(policy), "--runs", str(tmp_path / "runs"),
+             "--out", str(out), "--train-only"])
+    assert evaluated == [] and "grpo-sampled" not in ne.kept_evaluations(out / ne.KEPT / "grpo")
+    ne.main(["--arms", "grpo,rti-rules", "--policy", str(policy), "--runs", str(tmp_path / "runs"),
              "--out", str(out)])
     assert evaluated == ["start", "rti-rules"]  # grpo's policy is the start policy: not sampled again
     res = json.loads((out / "results.json").read_text())
