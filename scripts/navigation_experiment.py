@@ -78,10 +78,15 @@ EVALS = {"sampled": {"num_samples": 4, "temperature": 0.8}, "greedy": {"num_samp
 ENV_CONFIG = {"language": "en", "max_turns": 14, "page_size": 3, "poi_extensions": "base"}
 
 
-def base_arm(name: str) -> str:
-    """The arm of ARMS a name runs: ``rti-self-w3`` is ``rti-self`` on the 3-waypoint slice."""
+def split_arm(name: str) -> tuple[str, int | None]:
+    """The arm of ARMS a name runs and its training slice's waypoint cap: ``rti-self-w3`` is
+    ``("rti-self", 3)``, ``rti-self`` is ``("rti-self", None)``."""
     head, _, tail = name.rpartition("-w")
-    return head if head in ARMS and tail.isdigit() else name
+    return (head, int(tail)) if head in ARMS and tail.isdigit() else (name, None)
+
+
+def base_arm(name: str) -> str:
+    return split_arm(name)[0]
 
 
 def arm_names(args) -> list[str]:
@@ -98,7 +103,8 @@ def train_slice(max_waypoints: int) -> list[str]:
 
 
 def arm_config(args, arm: str, policy: Path, dtype: str = "float32") -> RTIConfig:
-    spec = dict(ARMS[base_arm(arm)])
+    base, max_waypoints = split_arm(arm)
+    spec = dict(ARMS[base])
     algorithm = spec.pop("algorithm")
     cfg = (RTIConfig()
            .environment("Navigation-v0", env_config=dict(ENV_CONFIG))
@@ -110,8 +116,8 @@ def arm_config(args, arm: str, policy: Path, dtype: str = "float32") -> RTIConfi
            .evaluation(num_tasks=args.eval_tasks)
            .debugging(seed=args.seed)
            .reporting(run_dir=str(args.runs), run_name=arm))
-    if arm != base_arm(arm):
-        cfg = cfg.training(task_ids=train_slice(int(arm.rpartition("-w")[2])))
+    if max_waypoints is not None:
+        cfg = cfg.training(task_ids=train_slice(max_waypoints))
     return cfg.interventions(**spec) if algorithm == "rti" else cfg
 
 
