@@ -4,7 +4,27 @@ Reward 1 iff the reply starts with ``env_config["target"]`` (a character the tes
 so that the initial policy hits it now and then). A correct policy-gradient update makes
 the policy concentrate on it within a few iterations; a sign error would do the opposite."""
 
+import os
+import time
+import uuid
+from pathlib import Path
+
 from envs import InfrastructureError, Task, Tool, ToolEnv, register_env
+
+# A kill test sets these: the episode after the first HOLD_AFTER of the run (counted across
+# every env process through files in HOLD_DIR) blocks in reset, so the run is surely stuck
+# mid-iteration when it is killed, however fast the earlier iterations went.
+HOLD_DIR, HOLD_AFTER = "RTI_TEST_HOLD_DIR", "RTI_TEST_HOLD_AFTER_EPISODES"
+
+
+def _hold_if_asked() -> None:
+    folder = os.environ.get(HOLD_DIR)
+    if not folder:
+        return
+    (Path(folder) / uuid.uuid4().hex).touch()
+    if len(list(Path(folder).iterdir())) > int(os.environ[HOLD_AFTER]):
+        while True:
+            time.sleep(1)
 
 
 class FirstLetterEnv(ToolEnv):
@@ -15,6 +35,7 @@ class FirstLetterEnv(ToolEnv):
         return [f"{split}-{i}" for i in range(self.config["num_tasks"])]
 
     def load_task(self, task_id):
+        _hold_if_asked()
         return Task(task_id, "You reply.", f"Say anything. ({task_id})", [])
 
     def compute_reward(self):

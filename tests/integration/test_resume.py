@@ -15,6 +15,7 @@ import pytest
 
 from rti_actors.checkpoints import is_complete, periodic_path
 from tests.conftest import REPO
+from tests.integration.learnable_env import HOLD_AFTER, HOLD_DIR
 
 pytestmark = pytest.mark.integration
 
@@ -57,14 +58,18 @@ def test_a_run_killed_mid_iteration_resumes_and_continues_exactly(flat_model, tm
                                text=True, timeout=900)
         assert whole.returncode == 0, whole.stderr[-3000:]
 
-        proc = subprocess.Popen(_command(flat_model, tmp_path, "killed"), env=env, start_new_session=True,
+        # two iterations of 2 tasks x 4 samples; the first episode of iteration 3 never ends
+        hold = tmp_path / "hold"
+        hold.mkdir()
+        held = dict(env, **{HOLD_DIR: str(hold), HOLD_AFTER: "16"})
+        proc = subprocess.Popen(_command(flat_model, tmp_path, "killed"), env=held, start_new_session=True,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         second = periodic_path(tmp_path / "killed", 2)
         deadline = time.time() + 900
-        while not is_complete(second) and proc.poll() is None and time.time() < deadline:
+        while not (is_complete(second) and len(list(hold.iterdir())) > 16) and proc.poll() is None \
+                and time.time() < deadline:
             time.sleep(0.2)
         assert is_complete(second), "the run never saved its second checkpoint"
-        time.sleep(0.5)  # into iteration 3
         assert proc.poll() is None, "the run finished before it could be killed"
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
