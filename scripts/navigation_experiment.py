@@ -28,7 +28,8 @@ Results to expect, under --out (default results/navigation-cpu/): ``results.json
 arm's per-iteration metrics and held-out summaries with 95% bootstrap intervals over
 tasks), ``curves.png`` (success rate, pre-intervention Pass@G, learnable groups before and
 after intervention, accepted fixes and rescues, gate PPL of accepted fixes and the same
-fixes re-scored after each update), ``heldout.md`` (the table), ``commands.txt``, and the
+fixes re-scored after each update), ``heldout.md`` (the held-out table), ``training.md`` (per
+arm and iteration: the RTI funnel, rescues, PPL of fixes, updates), ``commands.txt``, and the
 kept pieces under ``arms/`` (``start/`` and one folder per arm: evaluations with their
 recorded rollouts, metrics, adapter). With a 135M model and a few iterations of 2 tasks
 the held-out intervals are wide: what the CPU scale can show is the mechanism (rescued
@@ -380,11 +381,37 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def _num(row: dict, key: str, fmt: str = "{:g}") -> str:
+    value = row.get(key)
+    return fmt.format(value) if isinstance(value, (int, float)) and math.isfinite(value) else "-"
+
+
+def training_table(results: dict) -> str:
+    """One row per arm and iteration: where the RTI funnel lost its candidates, what it
+    rescued, and whether the policy moved (its version counts the updates so far)."""
+    lines = ["| arm | iter | success (own rollouts) | Pass@G before | learnable before > after | errors found / candidates "
+             "| gate passed | continued | rescued | gate PPL accepted | tracked fixes PPL at gate > now "
+             "| updates so far |", "|" + "---|" * 12]
+    for arm, r in results.items():
+        for row in r["train"]:
+            lines.append(
+                f"| {arm} | {row['step']} | {_num(row, 'success_rate', '{:.2f}')} "
+                f"| {_num(row, 'pre_intervention_pass_at_G', '{:.2f}')} "
+                f"| {_num(row, 'rti/frac_learnable_before', '{:.2f}')} > {_num(row, 'rti/frac_learnable_after', '{:.2f}')} "
+                f"| {_num(row, 'rti/validator_found_error')} / {_num(row, 'rti/candidates')} "
+                f"| {_num(row, 'rti/gate_pass')} | {_num(row, 'rti/continued')} "
+                f"| {_num(row, 'rti/continuation_success')} | {_num(row, 'rti/mean_ppl_accepted', '{:.2f}')} "
+                f"| {_num(row, 'rti/ppl_fixes_at_gate', '{:.2f}')} > {_num(row, 'rti/ppl_fixes_now', '{:.2f}')} "
+                f"| {_num(row, 'policy_version')} |")
+    return "\n".join(lines)
+
+
 def report(args) -> None:
     results = collect(args)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=1, default=str))
     (args.out / "heldout.md").write_text(table(results) + "\n")
+    (args.out / "training.md").write_text(training_table(results) + "\n")
     plot(results, args.out / "curves.png")
     print(table(results))
     print(f"results in {args.out}")

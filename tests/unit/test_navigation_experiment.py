@@ -47,7 +47,8 @@ def test_report_reads_every_kept_piece_and_bounds_pass_at_1(tmp_path):
     _evaluated(arms / "start", "start", {"a": [0, 0, 0, 0], "b": [0, 0, 0, 0]})
     _trained(arms / "grpo", [{"step": 1, "success_rate": 0.1}, {"step": 2, "success_rate": 0.2}])
     _evaluated(arms / "grpo", "grpo", {"a": [1, 0, 0, 0], "b": [0, 0, 0, 0]})
-    _trained(arms / "rti-rules", [{"step": 1, "success_rate": 0.3, "rti/accepted": 2, "rti/ppl_fixes_now": 2.5}])
+    _trained(arms / "rti-rules", [{"step": 1, "success_rate": 0.3, "rti/accepted": 2, "rti/ppl_fixes_now": 2.5,
+                                   "rti/validator_found_error": 5, "rti/candidates": 8, "policy_version": 1}])
     _evaluated(arms / "rti-rules", "rti-rules", {"a": [1, 1, 0, 0], "b": [1, 0, 0, 0]})
     out = tmp_path / "out"
     ne.main(["--report-only", "--runs", str(tmp_path / "runs"), "--out", str(out)])
@@ -62,6 +63,10 @@ def test_report_reads_every_kept_piece_and_bounds_pass_at_1(tmp_path):
     table = (out / "heldout.md").read_text()
     assert "| rti-rules | sampled | 37.5 [" in table and "| start | sampled | 0.0 [" in table
     assert (out / "curves.png").stat().st_size > 0
+    training = (out / "training.md").read_text().splitlines()
+    assert len(training) == 2 + 3  # header, rule, one row per arm iteration
+    assert training[-1].startswith("| rti-rules | 1 | 0.30 | - |") and "| 5 / 8 |" in training[-1]
+    assert "| - > 2.50 | 1 |" in training[-1]  # PPL of tracked fixes, updates so far
 
 
 def test_unknown_arm_is_refused(tmp_path):
