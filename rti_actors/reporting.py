@@ -109,9 +109,11 @@ class Reporter:
             self.writer.close()
 
 
-# RTI's funnel in candidates (failed trajectories), stage by stage, as the progress line names it
+# RTI's funnel in candidates (failed trajectories), stage by stage, as the progress line names it;
+# "accepted" can be below "gate passed": a group keeps at most max_accepted_per_group fixes
 FUNNEL = (("candidates", "candidates"), ("validator_found_error", "error found"), ("corrector_parsed", "fix parsed"),
-          ("verifier_pass", "verified"), ("accepted", "gate passed"), ("continuation_success", "rescued"))
+          ("verifier_pass", "verified"), ("gate_pass", "gate passed"), ("accepted", "accepted"),
+          ("continuation_success", "rescued"))
 
 
 def rti_funnel(m: dict) -> str:

@@ -14,9 +14,9 @@ def test_the_rti_funnel_names_the_stage_where_candidates_were_lost():
     m = _metrics(**{"rti/triggered_groups": 2, "rti/candidates": 8, "rti/validator_found_error": 3,
                     "rti/corrector_parsed": 2, "rti/verifier_pass": 0})
     assert rti_funnel(m) == ("triggered 2/2: candidates 8 > error found 3 > fix parsed 2 > verified 0 > "
-                             "gate passed 0 > rescued 0 (lost at verified)")
+                             "gate passed 0 > accepted 0 > rescued 0 (lost at verified)")
     rescued = {f"rti/{k}": 1 for k in ("candidates", "validator_found_error", "corrector_parsed", "verifier_pass",
-                                       "accepted", "continuation_success")}
+                                       "gate_pass", "accepted", "continuation_success")}
     assert "lost at" not in rti_funnel(_metrics(**{"rti/triggered_groups": 1, **rescued}))
     assert "rti:" not in progress_line(_metrics())  # GRPO: no funnel
 
