@@ -30,6 +30,6 @@ export RAY_ADDRESS
 for _ in $(seq 30); do ray job list >/dev/null 2>&1 && break; sleep 2; done
 start=$(date +%s)
 ray job submit --working-dir . \
-    --runtime-env-json="{\"excludes\": [\".venv\", \".cache\", \"runs\", \".git\"], \"env_vars\": {\"RTI_CACHE_DIR\": \"$PWD/.cache\", \"VLLM_CPU_KVCACHE_SPACE\": \"$VLLM_CPU_KVCACHE_SPACE\", \"VLLM_CPU_OMP_THREADS_BIND\": \"$VLLM_CPU_OMP_THREADS_BIND\", \"VLLM_CPU_NUM_OF_RESERVED_CPU\": \"0\", \"TORCH_EXTENSIONS_DIR\": \"$TORCH_EXTENSIONS_DIR\", \"TOKENIZERS_PARALLELISM\": \"false\"}}" \
+    --runtime-env-json="{\"env_vars\": {\"RTI_CACHE_DIR\": \"$PWD/.cache\", \"VLLM_CPU_KVCACHE_SPACE\": \"$VLLM_CPU_KVCACHE_SPACE\", \"VLLM_CPU_OMP_THREADS_BIND\": \"$VLLM_CPU_OMP_THREADS_BIND\", \"VLLM_CPU_NUM_OF_RESERVED_CPU\": \"0\", \"TORCH_EXTENSIONS_DIR\": \"$TORCH_EXTENSIONS_DIR\", \"TOKENIZERS_PARALLELISM\": \"false\"}}" \
     -- python "$EXAMPLE" --run-dir "$PWD/runs" "${ARGS[@]}"
 echo "[main job] finished in $(( $(date +%s) - start )) s"

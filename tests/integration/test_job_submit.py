@@ -82,7 +82,7 @@ def test_ray_job_submit_hard20_main_job(tiny_model_path, tmp_path):
         assert start.returncode == 0, start.stderr
         env["RAY_ADDRESS"] = start.stdout.strip()
         watch.start()
-        runtime_env = ('{"excludes": [".venv", ".cache", "runs", ".git"], "env_vars": {"RTI_CACHE_DIR": "%s"}}'
+        runtime_env = ('{"env_vars": {"RTI_CACHE_DIR": "%s"}}'
                        % (REPO / ".cache"))
         for _ in range(12):  # the head's job agent registers a few seconds after `ray start`
             job = _ray(["job", "submit", "--working-dir", str(REPO), "--runtime-env-json", runtime_env, "--",
@@ -142,3 +142,16 @@ def test_custom_env_example_warm_starts_and_trains(ray_cluster, tiny_model_path,
     custom_env.main(["--model", tiny_model_path, "--engine", "hf", "--iterations", "1", "--warmup-sft", "4"])
     out = capsys.readouterr().out
     assert "warm start: 4 demonstrations (0 too long)" in out and "iter   1" in out and "p@1" in out
+
+
+def test_working_dir_upload_leaves_out_history_and_results():
+    # `ray job submit --working-dir .` as the examples document it, with no excludes: what
+    # Ray would pack must be the code only, well under its 100 MiB request limit
+    from ray._private.runtime_env.packaging import _dir_travel
+
+    files: list[Path] = []
+    _dir_travel(REPO, [], lambda p: p.is_file() and files.append(p), include_gitignore=True)
+    tops = {p.relative_to(REPO).parts[0] for p in files}
+    assert {"rti_actors", "envs", "policies", "examples"} <= tops
+    assert not tops & {".git", "results", ".venv", "runs", ".cache"}
+    assert sum(p.stat().st_size for p in files) < 100 * 2**20
