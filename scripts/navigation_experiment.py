@@ -25,7 +25,7 @@ How to run (hours on a CPU; one piece at a time, each arm checkpointed every ite
                                     # the 3-waypoint tasks only (arms <arm>-w3, same evaluations)
 
 Results to expect, under --out (default results/navigation-cpu/): ``results.json`` (every
-arm's per-iteration metrics and held-out summaries with 95% bootstrap intervals over
+arm's per-iteration metrics and held-out summaries with 95% Wilson intervals over
 tasks), ``curves.png`` (success rate, pre-intervention Pass@G, learnable groups before and
 after intervention, accepted fixes and rescues, gate PPL of accepted fixes and the same
 fixes re-scored after each update), ``heldout.md`` (the held-out table), ``training.md`` (per
@@ -296,12 +296,12 @@ def keep_progress(args, arms: list[str]) -> None:
             print(f"[{arm}] progress kept: {kept / PROGRESS} ({name})")
 
 
-def bootstrap(per_task: dict[str, list[bool]], stat, n: int = 2000, seed: int = 0) -> list[float]:
-    """95% interval of ``stat`` over tasks resampled with replacement."""
-    rng = np.random.default_rng(seed)
-    tasks = list(per_task)
-    draws = [stat([per_task[tasks[i]] for i in rng.integers(0, len(tasks), len(tasks))]) for _ in range(n)]
-    return [float(np.percentile(draws, 2.5)), float(np.percentile(draws, 97.5))]
+def wilson(p: float, n: int, z: float = 1.96) -> list[float]:
+    """95% Wilson score interval for a mean of ``n`` values in [0, 1]. A task's p@1 is such a
+    value and its variance is at most p(1 - p), so over tasks this is conservative; unlike a
+    percentile bootstrap it does not collapse to [0, 0] when no task succeeds."""
+    centre, half = p + z * z / (2 * n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return [max(0.0, (centre - half) / (1 + z * z / n)), min(1.0, (centre + half) / (1 + z * z / n))]
 
 
 def heldout(path: Path) -> dict | None:
@@ -312,10 +312,8 @@ def heldout(path: Path) -> dict | None:
     for line in path.read_text().splitlines():
         r = json.loads(line)
         per_task.setdefault(r["task_id"], []).append(r["reward"] >= 1.0)
-
-    def p1(tasks):
-        return float(np.mean([np.mean(v) for v in tasks]))
-    return {"p@1": p1(per_task.values()), "p@1_ci95": bootstrap(per_task, p1), "num_tasks": len(per_task)}
+    p1 = float(np.mean([np.mean(v) for v in per_task.values()]))
+    return {"p@1": p1, "p@1_ci95": wilson(p1, len(per_task)), "num_tasks": len(per_task)}
 
 
 def known_names(args) -> list[str]:

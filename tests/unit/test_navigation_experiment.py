@@ -56,8 +56,8 @@ def test_report_reads_every_kept_piece_and_bounds_pass_at_1(tmp_path):
     assert list(res) == ["start", "grpo", "rti-rules"]  # the start policy, then ARMS order
     grpo = res["grpo"]["heldout"]["grpo-sampled"]
     assert grpo["p@1"] == pytest.approx((0.25 + 0.0) / 2)  # from the rollouts, not the stored summary
-    lo, hi = grpo["p@1_ci95"]
-    assert 0.0 <= lo <= grpo["p@1"] <= hi <= 0.25
+    assert grpo["p@1_ci95"] == pytest.approx(ne.wilson(0.125, 2))  # over the 2 tasks
+    assert res["start"]["heldout"]["start-sampled"]["p@1_ci95"][1] > 0.5  # nothing solved of 2: wide, not [0, 0]
     assert res["rti-rules"]["heldout"]["rti-rules-sampled"]["p@1"] == pytest.approx((0.5 + 0.25) / 2)
     assert [r["step"] for r in res["grpo"]["train"]] == [1, 2] and res["start"]["train"] == []
     table = (out / "heldout.md").read_text()
@@ -67,6 +67,12 @@ def test_report_reads_every_kept_piece_and_bounds_pass_at_1(tmp_path):
     assert len(training) == 2 + 3  # header, rule, one row per arm iteration
     assert training[-1].startswith("| rti-rules | 1 | 0.30 | - |") and "| 5 / 8 |" in training[-1]
     assert "| - > 2.50 | 1 |" in training[-1]  # PPL of tracked fixes, updates so far
+
+
+def test_wilson_interval_matches_known_values():
+    assert ne.wilson(3 / 8, 8) == pytest.approx([0.137, 0.694], abs=1e-3)
+    assert ne.wilson(0.0, 35) == pytest.approx([0.0, 0.0989], abs=1e-4)  # about the rule of three
+    assert ne.wilson(1.0, 35) == pytest.approx([0.9011, 1.0], abs=1e-4)
 
 
 def test_unknown_arm_is_refused(tmp_path):
