@@ -344,7 +344,10 @@ def collect(args) -> dict:
 CURVES = (("success_rate", "success rate"), ("pre_intervention_pass_at_G", "Pass@G before intervention"),
           ("rti/frac_learnable_before", "learnable groups, before"), ("rti/frac_learnable_after", "learnable groups, after"),
           ("rti/accepted", "accepted fixes"), ("rti/continuation_success", "rescued"),
-          ("rti/mean_ppl_accepted", "gate PPL of accepted fixes"), ("rti/ppl_fixes_now", "tracked fixes, PPL now"))
+          ("rti/mean_ppl_accepted", "gate PPL of accepted fixes"),
+          ("rti/ppl_fixes_now", "tracked fixes: PPL now (solid), at the gate (dashed)"))
+# the same fixes scored when the gate accepted them: the panel shows whether updates lower it
+AT_GATE = {"rti/ppl_fixes_now": "rti/ppl_fixes_at_gate"}
 
 
 def plot(results: dict, path: Path) -> None:
@@ -353,14 +356,19 @@ def plot(results: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(2, 4, figsize=(16, 6.5))
-    color = {arm: f"C{i}" for i, arm in enumerate(results)}  # one arm, one colour, in every panel
+    # one arm, one colour and marker in every panel; arms often coincide (all at 0), so the
+    # markers shrink down the list to leave the ones underneath visible
+    style = {arm: {"color": f"C{i}", "marker": "osD^v<>p"[i % 8], "markersize": 9 - 0.8 * i}
+             for i, arm in enumerate(results)}
     for ax, (key, title) in zip(axes.flat, CURVES):
         for arm, r in results.items():
-            pts = [(row["step"], row[key]) for row in r["train"] if isinstance(row.get(key), (int, float))]
-            if pts:
-                ax.plot(*zip(*pts), marker="o", label=arm, color=color[arm])
+            for k, line in ((key, "-"), (AT_GATE.get(key), "--")):
+                pts = [(row["step"], row[k]) for row in r["train"] if isinstance(row.get(k), (int, float))]
+                if k and pts:
+                    ax.plot(*zip(*pts), line, label=arm if line == "-" else None, **style[arm])
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("iteration")
+        ax.xaxis.get_major_locator().set_params(integer=True)
     axes.flat[0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
