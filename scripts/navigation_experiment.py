@@ -376,14 +376,16 @@ def plot(results: dict, path: Path) -> None:
 
 
 def table(results: dict) -> str:
-    lines = ["| policy | eval | p@1 (95% CI over tasks) | avg p@k | avg p^k | tasks |", "|---|---|---|---|---|---|"]
+    # route progress (share of a route's checks met) moves before success does
+    lines = ["| policy | eval | p@1 (95% CI over tasks) | avg p@k | avg p^k | mean route progress | tasks |",
+             "|---|---|---|---|---|---|---|"]
     for arm, r in results.items():
         for label, s in r["heldout"].items():
             ci = s.get("p@1_ci95", [float("nan")] * 2)
             name = label.rsplit('-', 1)[0] + (" (= start: never updated)" if s.get("same_policy_as") else "")
             lines.append(f"| {name} | {label.rsplit('-', 1)[1]} | {100 * s['p@1']:.1f} "
                          f"[{100 * ci[0]:.1f}, {100 * ci[1]:.1f}] | {100 * s['avg_p@k']:.1f} | "
-                         f"{100 * s['avg_p^k']:.1f} | {s['num_tasks']} |")
+                         f"{100 * s['avg_p^k']:.1f} | {_num(s, 'mean_progress', '{:.3f}')} | {s['num_tasks']} |")
     return "\n".join(lines)
 
 

@@ -24,7 +24,7 @@ def _evaluated(kept: Path, name: str, rewards: dict[str, list[float]], label: st
     lines = [json.dumps({"task_id": t, "reward": r}) for t, rs in rewards.items() for r in rs]
     (kept / f"eval-{full}.jsonl").write_text("\n".join(lines) + "\n")
     done = ne.kept_evaluations(kept)
-    done[full] = {"p@1": 0.0, "avg_p@k": 0.1, "avg_p^k": 0.05, "num_tasks": len(rewards)}
+    done[full] = {"p@1": 0.0, "avg_p@k": 0.1, "avg_p^k": 0.05, "mean_progress": 0.125, "num_tasks": len(rewards)}
     (kept / ne.EVALUATIONS).write_text(json.dumps(done))
 
 
@@ -62,6 +62,7 @@ def test_report_reads_every_kept_piece_and_bounds_pass_at_1(tmp_path):
     assert [r["step"] for r in res["grpo"]["train"]] == [1, 2] and res["start"]["train"] == []
     table = (out / "heldout.md").read_text()
     assert "| rti-rules | sampled | 37.5 [" in table and "| start | sampled | 0.0 [" in table
+    assert "| 0.125 | 2 |" in table.splitlines()[2]  # mean route progress, tasks
     assert (out / "curves.png").stat().st_size > 0
     training = (out / "training.md").read_text().splitlines()
     assert len(training) == 2 + 3  # header, rule, one row per arm iteration
