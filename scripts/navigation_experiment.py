@@ -35,8 +35,8 @@ recorded rollouts, metrics, adapter). With a 135M model and a few iterations of 
 the held-out intervals are wide: what the CPU scale can show is the mechanism (rescued
 groups, learnable groups gained, PPL of fixes falling), not a significant difference in
 Pass@1. On 2 cores the six arms (with ``--train-max-waypoints 3``) trained in about two
-hours together and each evaluated policy took about an hour (sampled 45-50 min, greedy
-15 min); arms that never updated reuse the start policy's evaluations.
+hours together and each evaluated policy took about an hour (sampled 42-52 min, greedy
+16 min); arms that never updated reuse the start policy's evaluations.
 """
 
 from __future__ import annotations
