@@ -360,14 +360,15 @@ def plot(results: dict, path: Path) -> None:
     fig, axes = plt.subplots(2, 4, figsize=(16, 6.5))
     # one arm, one colour and marker in every panel; arms often coincide (all at 0), so the
     # markers shrink down the list to leave the ones underneath visible
-    style = {arm: {"color": f"C{i}", "marker": "osD^v<>p"[i % 8], "markersize": 9 - 0.8 * i}
+    style = {arm: {"color": f"C{i}", "marker": "osD^v<>p"[i % 8], "markersize": max(3.0, 9 - 0.8 * i)}
              for i, arm in enumerate(results)}
     for ax, (key, title) in zip(axes.flat, CURVES):
+        lines = [(key, "-"), *([(AT_GATE[key], "--")] if key in AT_GATE else [])]
         for arm, r in results.items():
-            for k, line in ((key, "-"), (AT_GATE.get(key), "--")):
+            for k, dash in lines:
                 pts = [(row["step"], row[k]) for row in r["train"] if isinstance(row.get(k), (int, float))]
-                if k and pts:
-                    ax.plot(*zip(*pts), line, label=arm if line == "-" else None, **style[arm])
+                if pts:
+                    ax.plot(*zip(*pts), dash, label=arm if dash == "-" else None, **style[arm])
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("iteration")
         ax.xaxis.get_major_locator().set_params(integer=True)
