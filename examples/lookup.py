@@ -26,6 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from envs import make_env  # noqa: E402
+from policies.engines import cpu_has_native_bf16  # noqa: E402
 from rti_actors import RTIConfig  # noqa: E402
 from rti_actors.demonstrations import record_agent  # noqa: E402
 from rti_actors.reporting import progress_line, sft_line  # noqa: E402
@@ -62,21 +63,33 @@ def build_config(args) -> RTIConfig:
             .reporting(run_name=args.run_name, run_dir=args.run_dir))
 
 
-def demonstrations(n: int, seed: int) -> list[dict]:
-    """The oracle on n tier-1 training tasks, drawn with the seed (never the test split)."""
+def demonstrations(n: int, from_tiers: list[int], seed: int) -> list[dict]:
+    """The oracle on n training tasks of the given tiers, drawn with the seed (never the test split)."""
     import numpy as np
-    ids = tier_ids("train", [1])
+    ids = tier_ids("train", from_tiers)
     pick = np.random.default_rng(seed).permutation(len(ids))[:n]
-    return record_agent(ENV, {"tiers": [1]}, [ids[i] for i in sorted(pick)])
+    return record_agent(ENV, {"tiers": from_tiers}, [ids[i] for i in sorted(pick)])
 
 
 def per_tier(algo, label: str, eval_tiers: list[int], num_tasks: int | None, split: str) -> dict:
-    """Summaries per tier over the first num_tasks tasks of each tier in the split."""
+    """Summaries per tier over the first num_tasks tasks of each tier in the split, with
+    each task's outcomes (its rollouts are kept in <run dir>/eval-<label>-<split>-tier<k>.jsonl)."""
     out = {}
     for tier in eval_tiers:
         ids = tier_ids(split, [tier])[:num_tasks]
-        out[tier] = evaluate_once(algo, f"{label}-{split}-tier{tier}", split=split, task_ids=ids)
+        name = f"{label}-{split}-tier{tier}"
+        path = Path(algo.run_dir) / f"eval-{name}.jsonl"
+        out[tier] = dict(evaluate_once(algo, name, split=split, task_ids=ids, record_path=path))
+        out[tier]["successes"] = successes(path)  # per task: what intervals over tasks need
     return out
+
+
+def successes(path: Path) -> dict[str, list[bool]]:
+    per_task: dict[str, list[bool]] = {}
+    for line in path.read_text().splitlines():
+        r = json.loads(line)
+        per_task.setdefault(r["task_id"], []).append(r["reward"] >= 1.0)
+    return per_task
 
 
 def main(argv=None):
@@ -91,14 +104,16 @@ def main(argv=None):
     ap.add_argument("--tasks-per-iteration", type=int, default=8)
     ap.add_argument("--lr", type=float, default=2e-5)
     ap.add_argument("--lora-rank", type=int, default=16, help="0: full fine-tune")
-    ap.add_argument("--learner-dtype", default=None, choices=["float32", "bfloat16"])
+    ap.add_argument("--learner-dtype", default="bfloat16" if cpu_has_native_bf16() else "float32",
+                    choices=["float32", "bfloat16"], help="default: bf16 where the CPU computes it natively")
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--max-turns", type=int, default=6)
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--max-model-len", type=int, default=2048)
     ap.add_argument("--num-env-runners", type=int, default=2)
     ap.add_argument("--num-envs-per-env-runner", type=int, default=16)
-    ap.add_argument("--warm-start", type=int, default=0, metavar="N", help="SFT on N tier-1 oracle demonstrations first")
+    ap.add_argument("--warm-start", type=int, default=0, metavar="N", help="SFT on N oracle demonstrations first")
+    ap.add_argument("--warm-start-tiers", default="1,2", help="the tiers the demonstrations come from")
     ap.add_argument("--sft-lr", type=float, default=2e-4)
     ap.add_argument("--sft-epochs", type=int, default=1)
     ap.add_argument("--sft-batch-size", type=int, default=8)
@@ -122,7 +137,7 @@ def main(argv=None):
         if not args.no_base_eval:
             rows["start"] = per_tier(algo, "start", *where)
         if args.warm_start and algo.iteration == 0:
-            print(sft_line(algo.pretrain_sft(demonstrations(args.warm_start, args.seed))), flush=True)
+            print(sft_line(algo.pretrain_sft(demonstrations(args.warm_start, tiers(args.warm_start_tiers), args.seed))), flush=True)
             rows["warm start"] = per_tier(algo, "sft", *where)
         for _ in range(args.iterations - algo.iteration):
             print(progress_line(algo.train()), flush=True)

@@ -8,6 +8,7 @@ p@1 is the mean Pass@1 over tasks; avg p@k and avg p^k average k = 1..n.
 
 from __future__ import annotations
 
+import math
 from math import comb
 
 
@@ -21,6 +22,14 @@ def pass_hat_k(n: int, c: int, k: int) -> float:
     if not 0 <= c <= n or not 1 <= k <= n:
         raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n} c={c} k={k}")
     return comb(c, k) / comb(n, k)
+
+
+def wilson(p: float, n: int, z: float = 1.96) -> list[float]:
+    """95 % Wilson score interval for a mean of ``n`` values in [0, 1]. A task's p@1 is such a
+    value and its variance is at most p(1 - p), so over tasks this is conservative; unlike a
+    percentile bootstrap it does not collapse to [0, 0] when no task succeeds."""
+    centre, half = p + z * z / (2 * n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return [max(0.0, (centre - half) / (1 + z * z / n)), min(1.0, (centre + half) / (1 + z * z / n))]
 
 
 def summarize(successes: dict[str, list[bool]]) -> dict:

@@ -58,7 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rti_actors import RTIConfig  # noqa: E402
 from rti_actors.checkpoints import periodic  # noqa: E402
 from rti_actors.lora import merge_adapter  # noqa: E402
-from rti_actors.metrics import merge_summaries  # noqa: E402
+from rti_actors.metrics import merge_summaries, wilson  # noqa: E402
 from rti_actors.reporting import progress_line  # noqa: E402
 from rti_actors.resume import EVALUATIONS, build_resumable, keep_newest, restore_kept  # noqa: E402
 
@@ -296,14 +296,6 @@ def keep_progress(args, arms: list[str]) -> None:
         name = keep_newest(run, kept / PROGRESS)
         if name:
             print(f"[{arm}] progress kept: {kept / PROGRESS} ({name})")
-
-
-def wilson(p: float, n: int, z: float = 1.96) -> list[float]:
-    """95% Wilson score interval for a mean of ``n`` values in [0, 1]. A task's p@1 is such a
-    value and its variance is at most p(1 - p), so over tasks this is conservative; unlike a
-    percentile bootstrap it does not collapse to [0, 0] when no task succeeds."""
-    centre, half = p + z * z / (2 * n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return [max(0.0, (centre - half) / (1 + z * z / n)), min(1.0, (centre + half) / (1 + z * z / n))]
 
 
 def heldout(path: Path) -> dict | None:

@@ -14,8 +14,8 @@ env_config (besides the ``ToolEnv`` defaults: split, max_turns, output truncatio
     tiers       the tiers whose questions make up the splits (default all: 1, 2, 3, 4)
     world_seed  seed of the directory, the questions and the splits (default 0)
 
-Reward is 1 when the final reply names the right value and no other value of that
-attribute, else 0; ``reward_breakdown["progress"]`` counts the chain records fetched in
+Reward is 1 when the episode fetched every record of the chain and its final reply names
+the right value and no other value of that attribute, else 0; ``reward_breakdown["progress"]`` counts the chain records fetched in
 order and the right answer, out of tier + 1. An episode is a deterministic function of its
 config, task id and assistant turns. ``oracle_agent()`` solves every task;
 ``rti_rules()`` is a rule-based Validator/Corrector (``rules.py``).

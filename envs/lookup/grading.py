@@ -47,9 +47,11 @@ def chain_progress(actions: list, question: Question) -> int:
 
 
 def grade(actions: list, final_text: str | None, question: Question) -> tuple[float, dict]:
-    """(reward, breakdown): reward 1 when the final reply is right; progress counts the chain
-    records fetched and the right answer, out of tier + 1."""
+    """(reward, breakdown): reward 1 when the final reply is right and the episode fetched
+    the whole chain (a value that is right by chance, read off the wrong record, is no
+    success: with a dozen values per attribute that happens about once in ten); progress
+    counts the chain records fetched and the right answer, out of tier + 1."""
     fetched = chain_progress(actions, question)
-    right = final_text is not None and answer_is_right(final_text, question)
+    right = final_text is not None and fetched == question.tier and answer_is_right(final_text, question)
     return float(right), {"progress": (fetched + right) / (question.tier + 1), "fetched": fetched,
                           "answered": final_text is not None, "correct": right, "tier": question.tier}

@@ -79,7 +79,8 @@ def test_grader_wants_the_one_right_value_and_counts_progress():
              ([call(q.chain[0]), call(q.chain[1]), f"It is {q.answer.lower()}."], 1.0, 1.0),  # case does not matter
              ([call(q.chain[0]), call(q.chain[1]), f"{q.answer} or {wrong}."], 0.0, 2 / 3),  # hedging fails
              ([call(q.chain[0]), f"It is {wrong}."], 0.0, 1 / 3),
-             ([call(q.chain[1]), call(q.chain[0]), f"It is {q.answer}."], 1.0, 2 / 3),  # out of order: 1 in chain order
+             ([call(q.chain[1]), call(q.chain[0]), f"It is {q.answer}."], 0.0, 1 / 3),  # out of order: 1 in chain order
+             ([call(q.chain[0]), f"It is {q.answer}."], 0.0, 1 / 3),  # right by chance is no success
              (["No idea."], 0.0, 0.0)]
     for turns, reward, progress in cases:
         r, info = play(env, Scripted(turns), tid)

@@ -14,7 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import navigation_experiment as ne  # noqa: E402
 
-from rti_actors.metrics import summarize  # noqa: E402
+from rti_actors.metrics import summarize, wilson  # noqa: E402
 
 
 def _evaluated(kept: Path, name: str, rewards: dict[str, list[float]], label: str = "sampled") -> None:
@@ -56,7 +56,7 @@ def test_report_reads_every_kept_piece_and_bounds_pass_at_1(tmp_path):
     assert list(res) == ["start", "grpo", "rti-rules"]  # the start policy, then ARMS order
     grpo = res["grpo"]["heldout"]["grpo-sampled"]
     assert grpo["p@1"] == pytest.approx((0.25 + 0.0) / 2)  # from the rollouts, not the stored summary
-    assert grpo["p@1_ci95"] == pytest.approx(ne.wilson(0.125, 2))  # over the 2 tasks
+    assert grpo["p@1_ci95"] == pytest.approx(wilson(0.125, 2))  # over the 2 tasks
     assert res["start"]["heldout"]["start-sampled"]["p@1_ci95"][1] > 0.5  # nothing solved of 2: wide, not [0, 0]
     assert res["rti-rules"]["heldout"]["rti-rules-sampled"]["p@1"] == pytest.approx((0.5 + 0.25) / 2)
     assert [r["step"] for r in res["grpo"]["train"]] == [1, 2] and res["start"]["train"] == []
@@ -71,9 +71,9 @@ def test_report_reads_every_kept_piece_and_bounds_pass_at_1(tmp_path):
 
 
 def test_wilson_interval_matches_known_values():
-    assert ne.wilson(3 / 8, 8) == pytest.approx([0.137, 0.694], abs=1e-3)
-    assert ne.wilson(0.0, 35) == pytest.approx([0.0, 0.0989], abs=1e-4)  # about the rule of three
-    assert ne.wilson(1.0, 35) == pytest.approx([0.9011, 1.0], abs=1e-4)
+    assert wilson(3 / 8, 8) == pytest.approx([0.137, 0.694], abs=1e-3)
+    assert wilson(0.0, 35) == pytest.approx([0.0, 0.0989], abs=1e-4)  # about the rule of three
+    assert wilson(1.0, 35) == pytest.approx([0.9011, 1.0], abs=1e-4)
 
 
 def test_unknown_arm_is_refused(tmp_path):
