@@ -54,17 +54,28 @@ def calibration(kept: Path) -> str:
     return "\n".join(lines)
 
 
-def report(out: Path, arms: dict, seeds) -> dict:
+def _row(label: str, seed, by_tier: dict, groups: dict) -> str:
+    """A held-out row: p@1 per tier, then pooled over each group of tiers (with intervals)."""
+    cells = [_cell(pooled(by_tier, [t])) if t in by_tier else "-" for t in TIERS]
+    cells += [_cell(pooled(by_tier, tiers)) if all(t in by_tier for t in tiers) else "-" for tiers in groups.values()]
+    return f"| {label} | {seed} | " + " | ".join(cells) + " |"
+
+
+TIERS = ("1", "2", "3", "4")
+
+
+def report(out: Path, arms: dict, seeds, groups: dict) -> dict:
+    """``groups``: name -> the tiers pooled in a column of the held-out table (and a panel of
+    the picture), e.g. {"easy": ["1", "2"], "all-fail": ["2", "3"]}."""
     arms_dir = out / "arms"
-    results = {"calibration": _load(arms_dir / "calibration" / "lookup.json"), "arms": {}}
-    start = _load(arms_dir / "start" / "lookup.json") or {}
-    start_tiers = start.get("start", {})
-    held = ["| policy | seed | " + " | ".join(f"tier {t}" for t in ("1", "2", "3", "4")) + " | easy (1-2) | hard (3-4) |",
-            "|---|---|---|---|---|---|---|---|"]
-    if start_tiers:
-        parts = {t: [s] for t, s in start_tiers.items()}
-        held.append("| start | - | " + " | ".join(_cell(pooled(parts, [t])) for t in ("1", "2", "3", "4"))
-                    + f" | {_cell(pooled(parts, ['1', '2']))} | {_cell(pooled(parts, ['3', '4']))} |")
+    results = {"calibration": _load(arms_dir / "calibration" / "lookup.json"), "groups": groups, "arms": {}}
+    start = (_load(arms_dir / "start" / "lookup.json") or {}).get("start")
+    held = ["| policy | seed | " + " | ".join(f"tier {t}" for t in TIERS) + " | "
+            + " | ".join(f"{name} ({'+'.join(tiers)})" for name, tiers in groups.items()) + " |",
+            "|---" * (2 + len(TIERS) + len(groups)) + "|"]
+    if start:
+        held.append(_row("start", "-", {t: [s] for t, s in start.items()}, groups))
+        results["start"] = {t: {k: v for k, v in s.items() if k not in ("successes", "table")} for t, s in start.items()}
     training = []
     for arm in arms:
         runs = {s: arms_dir / f"{arm}-s{s}" for s in seeds if (arms_dir / f"{arm}-s{s}" / "lookup.json").is_file()}
@@ -78,24 +89,17 @@ def report(out: Path, arms: dict, seeds) -> dict:
             trained = rows[next(k for k in rows if k != "start")]
             metrics = _metrics(folder / "metrics.jsonl")
             curves.append([m["success_rate"] for m in metrics])
-            seconds = _load(folder / "seconds") if (folder / "seconds").is_file() else None
+            seconds = (folder / "seconds").read_text().strip() if (folder / "seconds").is_file() else None
             entry["seeds"][seed] = {"heldout": {t: {k: v for k, v in s.items() if k not in ("successes", "table")}
                                                 for t, s in trained.items()},
-                                    "success_rate": curves[-1], "seconds": seconds,
+                                    "success_rate": curves[-1], "wall_seconds": seconds,
                                     "rti": [{k: v for k, v in m.items() if k.startswith("rti/") and not isinstance(v, dict)}
                                             for m in metrics if "rti/triggered_groups" in m]}
-            tiers = sorted(trained)
-            held.append(f"| {arm} | {seed} | " + " | ".join(_cell(pooled({t: [trained[t]]}, [t])) if t in trained else "-"
-                                                           for t in ("1", "2", "3", "4"))
-                        + f" | {_cell(pooled(trained, [t for t in ('1', '2') if t in trained]) if any(t in trained for t in ('1', '2')) else {})}"
-                        + f" | {_cell(pooled(trained, [t for t in ('3', '4') if t in trained]) if any(t in trained for t in ('3', '4')) else {})} |")
-            for t in tiers:
-                parts.setdefault(t, []).append(trained[t])
-        entry["pooled"] = {"+".join(sorted(parts)): pooled(parts, sorted(parts))}
-        held.append(f"| **{arm}** | all {len(runs)} | " + " | ".join(_cell(pooled(parts, [t])) if t in parts else "-"
-                                                                  for t in ("1", "2", "3", "4"))
-                    + f" | {_cell(pooled(parts, [t for t in ('1', '2') if t in parts]))} "
-                    + f"| {_cell(pooled(parts, [t for t in ('3', '4') if t in parts]))} |")
+            held.append(_row(arm, seed, {t: [s] for t, s in trained.items()}, groups))
+            for t, s in trained.items():
+                parts.setdefault(t, []).append(s)
+        entry["pooled"] = {t: pooled(parts, [t]) for t in parts}
+        held.append(_row(f"**{arm}**", f"all {len(runs)}", parts, groups))
         width = min(len(c) for c in curves)
         mean = np.mean([c[:width] for c in curves], axis=0) if width else []
         training.append(f"| {arm} | {len(runs)} | " + " ".join(f"{x:.2f}" for x in mean) + " |")
@@ -104,19 +108,21 @@ def report(out: Path, arms: dict, seeds) -> dict:
     (out / "training.md").write_text("| arm | seeds | success rate of the policy's own rollouts per iteration (mean over seeds) |\n"
                                      "|---|---|---|\n" + "\n".join(training) + "\n")
     (out / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
-    plot(out, results)
+    plot(out, results, groups)
     print((out / "calibration.md").read_text(), (out / "heldout.md").read_text(), (out / "training.md").read_text(),
           sep="\n")
     return results
 
 
-def plot(out: Path, results: dict) -> None:
+def plot(out: Path, results: dict, groups: dict) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = (("easy tiers (1-2): groups mixed", ("grpo-easy",)),
-              ("all-fail tiers (3-4)", ("grpo-hard", "rti-rules-hard", "rti-self-hard")))
+    names = list(groups)
+    panels = ((f"{names[0]} tiers ({'+'.join(groups[names[0]])}): most groups mixed", ("grpo-easy",)),
+              (f"{names[1]} tiers ({'+'.join(groups[names[1]])}): every rollout fails", ("grpo-hard", "rti-rules-hard",
+                                                                                          "rti-self-hard")))
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     for ax, (title, names) in zip(axes, panels):
         for i, name in enumerate(names):

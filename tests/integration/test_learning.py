@@ -6,7 +6,8 @@ Every piece has unit tests of its own; this one fails when the pieces stop compo
 learning: an advantage with the wrong sign, a loss mask off by a token, weights that never
 reach the engine all leave it flat or falling (each was checked with a temporary patch).
 The bounds come from measured runs, with margin for this machine's noise: the start
-policy's tier-1 success is near 0.35 on the training split, and GRPO reaches about 0.8.
+policy's tier-1 success is near 0.35 on the training split, and five GRPO updates (lr 2e-4,
+LoRA) took it to about 0.65.
 """
 
 
@@ -18,9 +19,9 @@ from tests.conftest import REPO
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.learning]
 
 START_ADAPTER = REPO / "results" / "lookup-cpu" / "start" / "adapter"
-ITERATIONS = 8
-FIRST, LAST = 2, 3  # iterations averaged at each end of the curve
-AT_MOST, AT_LEAST = 0.55, 0.70  # the start's success rate, and the trained policy's
+ITERATIONS = 6
+LAST = 2  # iterations averaged at the end of the curve
+AT_MOST, AT_LEAST = 0.5, 0.55  # the start's success rate (the first iteration's), and the trained policy's
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +43,7 @@ def test_grpo_raises_tier1_success_from_the_start_policy(ray_cluster, start_poli
             .environment("Lookup-v0", env_config={"tiers": [1]})
             .policy(model=start_policy, engine="vllm", max_new_tokens=96, max_model_len=2048, temperature=1.0)
             .env_runners(num_env_runners=2, num_envs_per_env_runner=16)
-            .training(algorithm="grpo", group_size=8, tasks_per_iteration=8, lr=5e-5, task_ids=train_ids)
+            .training(algorithm="grpo", group_size=8, tasks_per_iteration=4, lr=2e-4, task_ids=train_ids)
             .learners(backend="torch", dtype="bfloat16" if cpu_has_native_bf16() else "float32",
                       share_prefix=True, pack_sequences=True, lora={"r": 16})
             .debugging(seed=0)
@@ -54,7 +55,7 @@ def test_grpo_raises_tier1_success_from_the_start_policy(ray_cluster, start_poli
         algo.stop()
     success = [m["success_rate"] for m in curve]
     updates = sum(not m["learner"].get("skipped") for m in curve)
-    before, after = np.mean(success[:FIRST]), np.mean(success[-LAST:])
+    before, after = success[0], np.mean(success[-LAST:])
     print(f"tier-1 success per iteration: {np.round(success, 3).tolist()} ({updates} updates)")
     assert updates >= ITERATIONS - 1, "the start policy's groups are mixed: nearly every iteration must update"
     assert before <= AT_MOST, f"the start policy succeeded {before:.2f} of the time; the committed start moved?"
