@@ -1,21 +1,29 @@
 """Watch a policy learn: chained record lookups (Lookup-v0) with SmolLM2-135M on a CPU.
 
-A question of tier k needs k dependent get_person calls and a reply. The start policy is
-SmolLM2 after a short SFT warm start on tier-1 oracle demonstrations; from it, GRPO climbs
-the easy tiers, and on the tiers where every rollout fails RTI's fixes give it a signal.
+A question of tier k ("What is the team of the mentor of the manager of P917?") needs k
+dependent get_person calls and a reply. The start policy is SmolLM2 after a short SFT warm
+start on oracle demonstrations of tiers 1-2, kept as a LoRA adapter in
+results/lookup-cpu/start/adapter (scripts/lookup_experiment.py made it; `--model start`
+merges it into SmolLM2, or warm-starts first where the adapter is missing). From it, GRPO
+climbs tier 1, where most groups are mixed; on tiers 2-3 almost every group fails all its
+rollouts, and only RTI's fixes give a signal there.
 
-    # 1. the start policy (SFT on tier-1 demonstrations; a LoRA adapter merged into SmolLM2)
-    python examples/lookup.py --warm-start 96 --iterations 0 --export-policy runs/lookup-start
-    # 2. GRPO on the easy tiers from it, evaluated per tier on the held-out split
-    python examples/lookup.py --model runs/lookup-start --tiers 1,2 --iterations 20
-    # 3. RTI with the env's rule roles where GRPO sees only all-fail groups
-    python examples/lookup.py --model runs/lookup-start --tiers 3,4 --algorithm rti --roles rules
+    # the quickstart: GRPO on tier 1 from the start policy, 6 iterations of 4 tasks x G = 8
+    python examples/lookup.py --quick
+    # longer: GRPO on tiers 1-2, RTI with the env's rule roles on the all-fail tiers 2-3
+    python examples/lookup.py --model start --tiers 1,2 --eval-tiers 1,2 --iterations 10 --lr 2e-4
+    python examples/lookup.py --model start --tiers 2,3 --eval-tiers 2,3 --algorithm rti --roles rules --lr 2e-4
+    # a warm start of your own (SFT on 64 oracle demonstrations), exported as a policy folder
+    python examples/lookup.py --warm-start 64 --sft-lr 5e-4 --iterations 0 --eval-tiers "" --export-policy DIR
 
-What to expect: a metrics line per iteration (reward and success climb on the easy tiers;
-on all-fail tiers GRPO prints "no update" while RTI's funnel shows fixes accepted and
-rescued), then a table of held-out p@1 per tier for the start policy and the trained one,
-written with every sample's outcome to <run dir>/lookup.json. The run directory also holds
-metrics.jsonl and learning_curves.png.
+What to expect from --quick (about 7 minutes on 2 cores with native bf16): a metrics line
+per iteration in which the success rate of the policy's own tier-1 rollouts climbs from
+about 0.3 to about 0.65 (the start policy writes the call, but often reads the wrong field
+or the wrong person), then the held-out p@1 on tier 1 for the start and the trained policy.
+On all-fail tiers GRPO prints "no update (all groups zero-variance)" while RTI's funnel
+shows fixes accepted and rescued. Every evaluation's rollouts and per-task outcomes go to
+<run dir>/eval-*.jsonl and <run dir>/lookup.json, beside metrics.jsonl and
+learning_curves.png.
 """
 
 import argparse
@@ -33,6 +41,8 @@ from rti_actors.reporting import progress_line, sft_line  # noqa: E402
 from rti_actors.resume import add_resume_args, build_resumable, evaluate_once  # noqa: E402
 
 ENV = "Lookup-v0"
+ROOT = Path(__file__).resolve().parents[1]
+START_ADAPTER = ROOT / "results" / "lookup-cpu" / "start" / "adapter"
 
 
 def tiers(text: str) -> list[int]:
@@ -92,9 +102,21 @@ def successes(path: Path) -> dict[str, list[bool]]:
     return per_task
 
 
+def start_policy(adapter: Path, out: Path) -> str:
+    """SmolLM2 with the warm-start adapter merged in, built once into ``out``."""
+    from policies.models import load_model
+    from rti_actors.lora import merge_adapter
+
+    if not (out / ".complete").is_file():
+        merge_adapter(load_model("smollm2-135m-instruct"), str(adapter), str(out))
+        (out / ".complete").touch()
+    return str(out)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="smollm2-135m-instruct")
+    ap.add_argument("--model", default="smollm2-135m-instruct",
+                    help="a built-in name, a folder, or 'start': the committed Lookup start policy")
     ap.add_argument("--algorithm", default="grpo", choices=["grpo", "gspo", "rti"])
     ap.add_argument("--roles", default="rules", help="RTI roles: 'rules', 'self', a model folder or an endpoint")
     ap.add_argument("--tiers", default="1,2", help="training tiers")
@@ -127,7 +149,16 @@ def main(argv=None):
     ap.add_argument("--run-name", default=None)
     ap.add_argument("--run-dir", default="runs")
     add_resume_args(ap)
+    ap.add_argument("--quick", action="store_true", help="the quickstart: GRPO on tier 1 from the start policy")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.model, args.tiers, args.eval_tiers, args.eval_tasks = "start", "1", "1", 30
+        args.iterations, args.tasks_per_iteration, args.lr = 6, 4, 2e-4
+    if args.model == "start":
+        if START_ADAPTER.is_dir():
+            args.model = start_policy(START_ADAPTER, Path(args.run_dir) / "lookup-start-policy")
+        else:  # e.g. a job whose upload left results/ out: the warm start, in the run
+            args.warm_start, args.model = args.warm_start or 64, "smollm2-135m-instruct"
     eval_tiers = tiers(args.eval_tiers)
     where = (eval_tiers, args.eval_tasks, args.eval_split)
 

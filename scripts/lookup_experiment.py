@@ -27,6 +27,7 @@ curves.png (the README's picture), results.json, commands.txt, and arms/<arm>-s<
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import shutil
 import subprocess
@@ -47,7 +48,7 @@ EXAMPLE = ["examples/lookup.py"]
 WARM_START = ["--warm-start", "64", "--warm-start-tiers", "1,2", "--sft-lr", "5e-4", "--sft-epochs", "1",
               "--lora-rank", "16", "--seed", "0", "--tiers", "1,2", "--eval-tiers", "", "--iterations", "0",
               "--no-base-eval"]
-CALIBRATION = ["--iterations", "0", "--no-base-eval", "--eval-split", "train", "--eval-tiers", "1,2,3,4",
+CALIBRATION = ["--iterations", "0", "--eval-split", "train", "--eval-tiers", "1,2,3,4",
                "--eval-tasks", "30", "--eval-samples", "8"]
 HELDOUT = ["--eval-tasks", "60", "--eval-samples", "4"]
 # lr: on the training split's tier 1, 2e-4 took success from 0.28 to 0.56 in two updates;
@@ -78,7 +79,7 @@ def run_example(args, name: str, extra: list[str]) -> Path:
         shutil.rmtree(run, ignore_errors=True)
     cmd = [sys.executable, *EXAMPLE, *extra, "--run-dir", str(args.runs), "--run-name", name, *resume]
     with (args.out / "commands.txt").open("a") as f:
-        f.write(shlex.join(cmd[1:]) + "\n")
+        f.write(shlex.join(cmd[1:]).replace(f"{ROOT}/", "") + "\n")
     start = time.time()
     subprocess.run(cmd, cwd=ROOT, check=True)
     seconds = time.time() - start
@@ -99,27 +100,25 @@ def keep(run: Path, kept: Path) -> None:
 
 def start_policy(args) -> Path:
     """SmolLM2 with the kept warm-start adapter merged in (trained first if missing)."""
-    from policies.models import load_model
-    from rti_actors.lora import merge_adapter
+    from warm_start_part import keep_adapter
+
+    from examples.lookup import start_policy as merged
 
     kept = args.out / "start"
     if not (kept / "adapter" / "adapter_model.safetensors").is_file():
         run = run_example(args, "warm-start", [*WARM_START, "--export-policy", str(args.runs / "warm-start-policy")])
-        from warm_start_part import keep_adapter
         keep(run, kept / "warm-start")
         keep_adapter(args.runs / "warm-start-policy" / "adapter", kept / "adapter")
-    policy = args.runs / "start-policy"
-    if not (policy / ".complete").is_file():
-        shutil.rmtree(policy, ignore_errors=True)
-        merge_adapter(load_model("smollm2-135m-instruct"), str(kept / "adapter"), str(policy))
-        (policy / ".complete").touch()
-    return policy
+    return Path(merged(kept / "adapter", args.runs / "start-policy"))
 
 
 def piece(args, name: str, extra: list[str]) -> Path:
     kept = args.out / "arms" / name
     if not (kept / "lookup.json").is_file():
-        keep(run_example(args, name, extra), kept)
+        run = run_example(args, name, extra)
+        if not json.loads((run / "lookup.json").read_text()):
+            raise SystemExit(f"{name}: the run evaluated nothing ({run}); not kept")
+        keep(run, kept)
     return kept
 
 
