@@ -162,3 +162,17 @@ def test_rules_have_no_verdict_on_a_successful_or_on_plan_episode():
     q = e.world.questions[tid]
     play(env, Scripted([call(q.chain[0]), call(q.chain[1])]), tid)  # on plan, out of turns
     assert e.rti_rules().validate(e.messages, e.actions, e.reward_evidence()) is None
+
+
+def test_example_trains_on_its_tiers_and_evaluates_every_tier_asked_for(monkeypatch):
+    from tests.conftest import example_config
+
+    config = example_config("lookup", ["--tiers", "2,3", "--eval-tiers", "1,2,3", "--algorithm", "rti",
+                                       "--roles", "rules"], monkeypatch)
+    assert config["environment"]["env_config"]["tiers"] == [1, 2, 3]  # the env holds what is evaluated
+    train = config["training"]["task_ids"]
+    world = build_world(0)
+    assert train and {world.questions[t].tier for t in train} == {2, 3}
+    assert all(t in world.ids["train"] for t in train)
+    assert config["training"]["algorithm"] == "rti" and config["interventions"]["roles"] == "rules"
+    config.validate()
