@@ -1,13 +1,16 @@
 """Does the whole loop make a policy better? GRPO from the committed Lookup start policy
-(SmolLM2-135M after its warm start) on tier-1 questions, from a fixed seed, must raise the
-success rate of its own rollouts within a few minutes on 2 cores.
+(SmolLM2-135M after its warm start) on tier-1 questions, from a fixed seed, must raise its
+success rate within a few minutes on 2 cores.
 
 Every piece has unit tests of its own; this one fails when the pieces stop composing into
 learning: an advantage with the wrong sign, a loss mask off by a token, weights that never
 reach the engine all leave it flat or falling (each was checked with a temporary patch).
-Success is measured on the same tier-1 tasks with the same sampling seeds before and after
-training, so only the weights differ between the two numbers. The bounds come from measured
-runs, with margin for this machine's noise.
+Success is measured on the same 32 tier-1 tasks, 4 samples each, with the same sampling
+seeds before and after training. The seeds do not make vLLM's CPU sampling bit-exact
+(batches form differently from call to call), so with unchanged weights the two measurements
+still differ by a few points; 128 episodes a side keep that small. Measured runs put the
+start policy near a third and the trained one near 0.6; the bound sits midway, about three
+standard errors from each.
 """
 
 
@@ -20,8 +23,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.learning]
 
 START_ADAPTER = REPO / "results" / "lookup-cpu" / "start" / "adapter"
 ITERATIONS = 5
-EVAL_TASKS, EVAL_SAMPLES = 24, 2
-AT_MOST, AT_LEAST = 0.45, 0.5  # success on the fixed tasks: the start policy's, and the trained one's
+EVAL_TASKS, EVAL_SAMPLES = 32, 4
+AT_MOST, AT_LEAST = 0.45, 0.46  # success on the fixed tasks: the start policy's, and the trained one's
 
 
 @pytest.fixture(scope="module")
