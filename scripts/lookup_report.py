@@ -139,7 +139,8 @@ def plot(out: Path, results: dict, groups: dict) -> None:
         ax.set_title(title)
         ax.set_xlabel("iteration")
         ax.grid(alpha=0.3)
-        ax.legend(loc="upper left", fontsize=8)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="upper left", fontsize=8)
     axes[0].set_ylabel("success rate of the policy's own rollouts")
     fig.tight_layout()
     fig.savefig(out / "curves.png", dpi=120)
