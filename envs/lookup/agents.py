@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import json
 
+from envs.lookup.world import TOOL, subject
 from envs.tool_calls import format_tool_call
-
-TOOL = "get_person"
 
 
 def _records(observation: list[dict]) -> list[dict]:
@@ -28,20 +27,16 @@ def _records(observation: list[dict]) -> list[dict]:
     return out
 
 
-def next_turn(evidence: dict, records: list[dict]) -> str:
-    """The oracle's turn after the chain's first ``len(records)`` people were fetched (the
-    records in chain order): the next lookup, or the answer."""
-    start, links, attribute = evidence["chain"][0], evidence["links"], evidence["attribute"]
-    if not records:
-        return format_tool_call(TOOL, {"id": start})
-    step = len(records)
-    subject = start
-    for link in links[:step - 1]:
-        subject = f"the {link} of {subject}"
-    if step <= len(links):
-        link, target = links[step - 1], records[-1][links[step - 1]]
-        return f"The {link} of {subject} is {target}.\n" + format_tool_call(TOOL, {"id": target})
-    return f"The {attribute} of {subject} is {records[-1][attribute]}."
+def oracle_turn(evidence: dict, fetched: int, value: str) -> str:
+    """The oracle's turn once the chain's first ``fetched`` people were fetched: the lookup of
+    ``value`` (the next person's id), or, with the whole chain fetched, the answer ``value``.
+    The rule-based Corrector writes its fixes with it too."""
+    start, links = evidence["chain"][0], evidence["links"]
+    if fetched == 0:
+        return format_tool_call(TOOL, {"id": value})
+    field = links[fetched - 1] if fetched <= len(links) else evidence["attribute"]
+    said = f"The {field} of {subject(start, links[:fetched - 1])} is {value}."
+    return said + "\n" + format_tool_call(TOOL, {"id": value}) if fetched <= len(links) else said
 
 
 class OracleAgent:
@@ -53,4 +48,9 @@ class OracleAgent:
         for record in _records(observation):  # observation: the messages reset/step just returned
             if len(self.fetched) < len(self.evidence["chain"]) and record["id"] == self.evidence["chain"][len(self.fetched)]:
                 self.fetched.append(record)
-        return next_turn(self.evidence, self.fetched)
+        step = len(self.fetched)
+        if step == 0:
+            return oracle_turn(self.evidence, 0, self.evidence["chain"][0])
+        links = self.evidence["links"]
+        field = links[step - 1] if step <= len(links) else self.evidence["attribute"]
+        return oracle_turn(self.evidence, step, self.fetched[-1][field])  # read off the last record

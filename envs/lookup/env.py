@@ -27,7 +27,7 @@ import copy
 
 from envs.base import Task, Tool, ToolEnv, ToolError, VerifierFacts
 from envs.lookup.grading import as_turn, grade
-from envs.lookup.world import TIERS, build_world
+from envs.lookup.world import TIERS, TOOL, build_world
 
 SYSTEM_PROMPT = ("You answer questions about the people in a company directory. Call get_person with a "
                  "person's id to read their record; a record gives the ids of their manager and mentor. "
@@ -58,10 +58,10 @@ class LookupEnv(ToolEnv):
 
     def load_task(self, task_id: str) -> Task:
         question = self.world.questions[task_id]
-        tool = Tool("get_person", "Read the directory record of the person with this id.",
+        tool = Tool(TOOL, "Read the directory record of the person with this id.",
                     {"type": "object", "properties": {"id": {"type": "string", "description": "a person id, e.g. P123"}},
                      "required": ["id"], "additionalProperties": False}, self._get_person)
-        return Task(task_id, SYSTEM_PROMPT, f"What is {question.phrase()}?", [tool], {"question": question})
+        return Task(task_id, SYSTEM_PROMPT, question.text(), [tool], {"question": question})
 
     def _get_person(self, id: str) -> dict:  # noqa: A002 - the schema's argument name
         record = self.world.record(id.strip().upper())
@@ -78,7 +78,7 @@ class LookupEnv(ToolEnv):
         if self.task is None:
             raise RuntimeError("call reset() before reward_evidence()")
         q = self.task.data["question"]
-        return {"question": f"What is {q.phrase()}?", "chain": list(q.chain), "links": list(q.links),
+        return {"question": q.text(), "chain": list(q.chain), "links": list(q.links),
                 "attribute": q.attribute, "answer": q.answer, "tier": q.tier}
 
     def oracle_agent(self):

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import re
 
-from envs.lookup.world import ATTRIBUTES, Question
+from envs.lookup.world import ATTRIBUTES, TOOL, Question
 from envs.tool_calls import parse_tool_calls, turn_from_dict
-
-TOOL = "get_person"
 
 
 def as_turn(action) -> dict:

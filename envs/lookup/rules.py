@@ -22,9 +22,10 @@ from __future__ import annotations
 import re
 
 from envs.base import RuleVerdict
-from envs.lookup.agents import TOOL
+from envs.lookup.agents import oracle_turn
 from envs.lookup.grading import as_turn, looked_up, named_values
-from envs.tool_calls import format_assistant_turn, format_tool_call
+from envs.lookup.world import TOOL, subject
+from envs.tool_calls import format_assistant_turn
 
 
 def _walk(actions: list, evidence: dict) -> tuple[int, int, str] | None:
@@ -54,10 +55,7 @@ def _walk(actions: list, evidence: dict) -> tuple[int, int, str] | None:
 
 
 def _subject(evidence: dict, hops: int) -> str:
-    subject = evidence["chain"][0]
-    for link in evidence["links"][:hops]:
-        subject = f"the {link} of {subject}"
-    return subject
+    return subject(evidence["chain"][0], evidence["links"][:hops])
 
 
 class LookupRules:
@@ -92,19 +90,11 @@ class LookupRules:
             calls = turn["tool_calls"]
             if kind == "wrong_person" and len(calls) == 1 and looked_up(calls[0]) is not None:
                 return format_assistant_turn(turn["content"], [{"name": TOOL, "arguments": {"id": chain[fetched]}}])
-            return _oracle_turn(evidence, fetched)
+            return oracle_turn(evidence, fetched, chain[fetched])
         wrong = named_values(turn["content"], attribute)
         if kind == "wrong_answer" and len(wrong) == 1:
             return _replace_word(turn["content"], wrong[0], evidence["answer"])
-        return f"The {attribute} of {_subject(evidence, len(chain) - 1)} is {evidence['answer']}."
-
-
-def _oracle_turn(evidence: dict, fetched: int) -> str:
-    chain, links = evidence["chain"], evidence["links"]
-    if fetched == 0:
-        return format_tool_call(TOOL, {"id": chain[0]})
-    return (f"The {links[fetched - 1]} of {_subject(evidence, fetched - 1)} is {chain[fetched]}.\n"
-            + format_tool_call(TOOL, {"id": chain[fetched]}))
+        return oracle_turn(evidence, fetched, evidence["answer"])
 
 
 def _replace_word(text: str, old: str, new: str) -> str:

@@ -29,6 +29,14 @@ _FIRST = ("Ada", "Ben", "Cleo", "Dev", "Eli", "Fay", "Gus", "Hana", "Ivo", "Jun"
 _LAST = ("Moss", "Reed", "Stone", "Hale", "Park", "Frost", "Lund", "Vale", "Cole", "Dunn", "Berg", "Shaw",
          "Kerr", "Lowe", "Nash", "Pike")
 TEST_SHARE = 0.2  # of start people, held out for the test split
+TOOL = "get_person"
+
+
+def subject(start: str, links) -> str:
+    """'the mentor of the manager of P123': the person reached from ``start`` by ``links``."""
+    for link in links:
+        start = f"the {link} of {start}"
+    return start
 
 
 @dataclass(frozen=True)
@@ -43,12 +51,9 @@ class Question:
     chain: tuple[str, ...]   # the ids to look up, in order (start first); len == tier
     answer: str
 
-    def phrase(self) -> str:
-        """'the team of the mentor of the manager of P123': the last link is applied first."""
-        subject = self.start
-        for link in self.links:
-            subject = f"the {link} of {subject}"
-        return f"the {self.attribute} of {subject}"
+    def text(self) -> str:
+        """'What is the team of the mentor of the manager of P123?'"""
+        return f"What is the {self.attribute} of {subject(self.start, self.links)}?"
 
 
 class World:
