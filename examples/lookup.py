@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from envs import make_env  # noqa: E402
 from policies.engines import cpu_has_native_bf16  # noqa: E402
 from rti_actors import RTIConfig  # noqa: E402
-from rti_actors.demonstrations import record_agent  # noqa: E402
+from rti_actors.demonstrations import outcomes_by_task, record_agent  # noqa: E402
 from rti_actors.reporting import progress_line, sft_line  # noqa: E402
 from rti_actors.resume import add_resume_args, build_resumable, evaluate_once  # noqa: E402
 
@@ -90,16 +90,8 @@ def per_tier(algo, label: str, eval_tiers: list[int], num_tasks: int | None, spl
         name = f"{label}-{split}-tier{tier}"
         path = Path(algo.run_dir) / f"eval-{name}.jsonl"
         out[tier] = dict(evaluate_once(algo, name, split=split, task_ids=ids, record_path=path))
-        out[tier]["successes"] = successes(path)  # per task: what intervals over tasks need
+        out[tier]["successes"] = outcomes_by_task(path)  # per task: what intervals over tasks need
     return out
-
-
-def successes(path: Path) -> dict[str, list[bool]]:
-    per_task: dict[str, list[bool]] = {}
-    for line in path.read_text().splitlines():
-        r = json.loads(line)
-        per_task.setdefault(r["task_id"], []).append(r["reward"] >= 1.0)
-    return per_task
 
 
 def start_policy(adapter: Path, out: Path) -> str:

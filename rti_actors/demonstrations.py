@@ -76,6 +76,17 @@ def write_jsonl(path: str | Path, records: list[dict], append: bool = False) -> 
     return path
 
 
+def outcomes_by_task(path: str | Path) -> dict[str, list[bool]]:
+    """Each task's successes (reward >= 1), in order, from a JSONL of recorded rollouts
+    (``Algorithm.evaluate(record_path=...)``): what intervals over tasks are computed from."""
+    per_task: dict[str, list[bool]] = {}
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            r = json.loads(line)
+            per_task.setdefault(r["task_id"], []).append(r["reward"] >= 1.0)
+    return per_task
+
+
 def read_jsonl(path: str | Path, min_reward: float | None = None) -> list[dict]:
     """Records of a JSONL file; with ``min_reward``, only those that reached it. A bad line
     raises ``ValueError`` naming the file and its 1-based line number."""

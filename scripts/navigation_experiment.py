@@ -57,6 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rti_actors import RTIConfig  # noqa: E402
 from rti_actors.checkpoints import periodic  # noqa: E402
+from rti_actors.demonstrations import outcomes_by_task  # noqa: E402
 from rti_actors.lora import merge_adapter  # noqa: E402
 from rti_actors.metrics import merge_summaries, wilson  # noqa: E402
 from rti_actors.reporting import progress_line  # noqa: E402
@@ -302,10 +303,7 @@ def heldout(path: Path) -> dict | None:
     """Pass@1 (mean success) with its interval, from an evaluation's recorded rollouts."""
     if not path.is_file():
         return None
-    per_task: dict[str, list[bool]] = {}
-    for line in path.read_text().splitlines():
-        r = json.loads(line)
-        per_task.setdefault(r["task_id"], []).append(r["reward"] >= 1.0)
+    per_task = outcomes_by_task(path)
     p1 = float(np.mean([np.mean(v) for v in per_task.values()]))
     return {"p@1": p1, "p@1_ci95": wilson(p1, len(per_task)), "num_tasks": len(per_task)}
 
