@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import psutil  # noqa: E402
 
+from rti_actors.algorithms import algorithm_names  # noqa: E402
 from rti_actors.cli import add_teacher_args, teacher_options  # noqa: E402
-from rti_actors.config import ALGORITHMS  # noqa: E402
 
 
 class PeakMemory(threading.Thread):
@@ -56,7 +56,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--env", default="Navigation-v0")
     ap.add_argument("--env-config", default='{"max_turns": 4, "max_tool_output_chars": 1500}')
-    ap.add_argument("--algorithm", default="grpo", choices=ALGORITHMS)
+    ap.add_argument("--algorithm", default="grpo", choices=algorithm_names())
     add_teacher_args(ap)
     ap.add_argument("--roles", default="self")
     ap.add_argument("--verifier-llm", type=int, default=1)

@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from envs import make_env  # noqa: E402
 from policies.engines import cpu_has_native_bf16  # noqa: E402
-from rti_actors import RTIConfig  # noqa: E402
+from rti_actors import RTIConfig, algorithm_names  # noqa: E402
 from rti_actors.demonstrations import outcomes_by_task, record_agent  # noqa: E402
 from rti_actors.reporting import progress_line, sft_line  # noqa: E402
 from rti_actors.resume import add_resume_args, build_resumable, evaluate_once  # noqa: E402
@@ -109,7 +109,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m-instruct",
                     help="a built-in name, a folder, or 'start': the committed Lookup start policy")
-    ap.add_argument("--algorithm", default="grpo", choices=["grpo", "gspo", "rti"])
+    ap.add_argument("--algorithm", default="grpo", choices=algorithm_names(), help="any registered algorithm")
     ap.add_argument("--roles", default="rules", help="RTI roles: 'rules', 'self', a model folder or an endpoint")
     ap.add_argument("--tiers", default="1,2", help="training tiers")
     ap.add_argument("--eval-tiers", default="1,2,3,4")

@@ -1,14 +1,13 @@
 """``Algorithm``: the driver loop over the actor graph.
 
-``train()`` reads like the recipe: pick tasks, sample G episodes per task on the env
-runners (G - k with LUFFY, whose teacher brings k traces per task; with AEPO some of the G
-branch from others' tool calls, ``rti_actors.aepo``), group them, intervene
-on the all-fail groups (RTI), compute advantages (with OPD per token, from a teacher's
-scores of the student's tokens), cut the learner's samples out and push
-them to the replay queue, let the learner pull and update, publish the new weights to every
-engine. Everything heavy runs in actors (started by
-``rti_actors.build``); the driver only moves references. docs/ARCHITECTURE.md follows one
-iteration through the modules.
+``train()`` reads like the recipe: sample G episodes per task on the env runners, add the
+traces the policy did not sample, group and score them, transform the groups, compute
+advantages, cut the learner's samples out and push them to the replay queue, let the
+learner pull and update, publish the new weights to every engine. What a method changes in
+that recipe (RTI's interventions on all-fail groups, LUFFY's teacher traces, OPD's per-token
+advantages, AEPO's branching rollouts) is its plug-in's hooks (``rti_actors.algorithms``).
+Everything heavy runs in actors (started by ``rti_actors.build``); the driver only moves
+references. docs/ARCHITECTURE.md follows one iteration through the modules.
 """
 
 from __future__ import annotations
@@ -26,17 +25,14 @@ from pathlib import Path
 import numpy as np
 import ray
 
-from rti_actors.aepo import AepoSettings, EntropyBalancedRollout
 from rti_actors.build import build_graph, rollout_sampling
 from rti_actors.checkpoints import atomic_dir, config_changes, periodic, periodic_path, prune, resolve, verify
 from rti_actors.config import ConfigError, RTIConfig
 from rti_actors.demonstrations import from_trajectory, reaching, read_jsonl, to_sample, write_jsonl
 from rti_actors.faults import ActorMonitor, died
-from rti_actors.groups import all_failed, assign_advantages, is_learnable, scored_groups
-from rti_actors.luffy import Teacher, on_policy_count, teacher_metrics
+from rti_actors.groups import all_failed, is_learnable, scored_groups
 from rti_actors.metrics import format_table, summarize
 from rti_actors.reporting import Reporter
-from rti_actors.rti.fix_tracker import AcceptedFixes
 from rti_actors.trajectory import EpisodeSpec, Trajectory, learner_sample
 
 log = logging.getLogger("rti_actors")
@@ -44,7 +40,6 @@ log = logging.getLogger("rti_actors")
 # what the driver redoes after a crash, each reported (as faults/redone/<name>) from the start
 REDONE = ("rollout_chunks", "stale_episodes", "engines_repaired", "queue_puts", "learner_rebuilds",
           "learner_steps_lost")
-FIXES_FILE = "accepted_fixes.json"  # the tracked accepted fixes (RTI), next to algorithm_state.json
 
 
 class Algorithm:
@@ -66,18 +61,12 @@ class Algorithm:
         g, rep = self.graph, c["reporting"]
         self.model_path, self.renderer, self.engine_dtype = g.model_path, g.renderer, g.engine_dtype
         self.engines, self.runners, self.queue, self.learner = g.engines, g.runners, g.queue, g.learner
-        self.intervention, self.weight_sync, self.train_ids = g.intervention, g.weight_sync, g.train_ids
-        self.distiller = g.distiller  # OPD's teacher scoring (None for the other algorithms)
+        self.weight_sync, self.train_ids = g.weight_sync, g.train_ids
+        self.plugin = g.plugin  # the algorithm: its hooks change the recipe of train()
         self.iteration = 0
         self.version = 0
         self.learner_step = 0  # the learner's optimiser steps, to count what a learner crash lost
         self.sft_progress: dict = {}  # the warm start's steps done and planned, saved with each checkpoint
-        self.fixes = AcceptedFixes(c["interventions"]["tracked_fixes"])  # RTI: re-scored after every update
-        self.teacher = Teacher(c, self.runners, self.renderer) if c["training"]["algorithm"] == "luffy" else None
-        # AEPO: each group grown as a tree at uncertain tool calls, within the group budget
-        self.brancher = (EntropyBalancedRollout(AepoSettings.from_config(c, len(self.renderer.tokenizer)),
-                                                lambda specs: self._sample(specs, self._sampling()), self._branch)
-                         if c["training"]["algorithm"] == "aepo" else None)
         self.monitor = ActorMonitor(g.kinds())
         self.redone: Counter = Counter()  # what the driver redid after a crash (faults/...)
         self._last_save: Path | None = None  # where a crashed learner is rebuilt from
@@ -87,66 +76,41 @@ class Algorithm:
         self.reporter = Reporter(self.run_dir, tensorboard=rep["tensorboard"])
         (self.run_dir / "config.json").write_text(self.config.to_json())
         self.interactive = rep["progress_bar"] if rep["progress_bar"] is not None else sys.stderr.isatty()
+        self._times: dict = {}  # this iteration's seconds per phase (timed)
+        self.plugin.setup(self)
 
     # ---- the driver loop ------------------------------------------------------------------
     def train(self) -> dict:
-        c, times = self.config, {}
-        t = c["training"]
-        aepo = {}
-        with _timed(times, "sample"):
-            if self.brancher is not None:  # AEPO: global rollouts, then branches in rounds (never launched early)
-                launch = None
-                trajectories, aepo = self.brancher.rollout(self._pick_tasks(t["tasks_per_iteration"]), self.iteration)
-            else:
-                launch = self._next or self._launch(self._train_specs(self.iteration), self._sampling())
-                self._next = None
-                trajectories = self._collect(launch)
-        teacher, luffy = [], {}
-        if self.teacher is not None:  # LUFFY: the teacher's traces take their places in the groups
-            with _timed(times, "teacher"):
-                teacher, luffy = self.teacher.traces(launch.specs, self.version)
-        groups, faults = scored_groups(trajectories + teacher)  # an episode the env failed is never scored
+        c, plugin = self.config, self.plugin
+        self._times = times = {}
+        with self.timed("sample"):
+            trajectories, launch, sampled = plugin.sample(self)
+        extra, joined = plugin.extra_trajectories(self, launch)  # off-policy: a teacher's traces
+        groups, faults = scored_groups(trajectories + extra)  # an episode the env failed is never scored
         # the policy's own Pass@G, before any trace it did not sample joins (RTI's fixes, a teacher's)
         pre_pass_at_g = _mean([max((tr.reward for tr in g if not tr.off_policy), default=0.0) >= 1.0 for g in groups])
-        if self.teacher is not None:
-            luffy.update(teacher_metrics(groups))
-        rti = {}
-        if self.intervention is not None:
-            with _timed(times, "intervene"):
-                groups, rti = self._intervene(groups)
-        for g in groups:
-            assign_advantages(g)
-        opd = {}
-        if self.distiller is not None:  # OPD: each token's advantage is its negated reverse KL to the teacher
-            with _timed(times, "distill"):
-                opd = self.distiller.apply(groups)
-        with _timed(times, "learn"):
+        groups, transformed = plugin.transform_groups(self, groups)
+        advantaged = plugin.advantages(self, groups)
+        with self.timed("learn"):
             samples = [[learner_sample(tr) for tr in g] for g in groups]  # no text past this point
             versions = [min(tr.policy_version for tr in g) for g in groups]
             update = self._start_update(samples, versions)
-            if t["max_policy_lag"] > 0:  # the next iteration samples with these weights meanwhile
+            if c["training"]["max_policy_lag"] > 0:  # the next iteration samples with these weights meanwhile
                 self._rng_before_next = self.rng.bit_generator.state
                 self._next = self._launch(self._train_specs(self.iteration + 1), self._sampling())
             learn = self._finish_update(update, samples, versions)
-        with _timed(times, "publish"):
+        with self.timed("publish"):
             if not learn.get("skipped"):
                 self._publish()
         self.iteration += 1
-        if self.intervention is not None:
-            with _timed(times, "rescore_fixes"):  # after the publish: the gate's engines hold the new weights
-                self.fixes.add((tr for g in groups for tr in g), self.iteration)
-                rti.update(self.fixes.rescore(self.intervention.gate))
+        published = plugin.after_publish(self, groups)
         metrics = self._train_metrics([tr for tr in trajectories if not tr.infra_error], groups, learn, times)
         metrics["pre_intervention_pass_at_G"] = pre_pass_at_g
         # the iteration's tasks in draw order: runs with one seed can be checked to have
         # trained on the same tasks, whatever else differs
         metrics["task_ids"] = list(dict.fromkeys(tr.task_id for tr in trajectories))
-        metrics.update(faults)
-        metrics.update(self._fault_metrics())
-        metrics.update(rti)
-        metrics.update(luffy)
-        metrics.update(opd)
-        metrics.update(aepo)
+        for part in (faults, self._fault_metrics(), sampled, joined, transformed, advantaged, published):
+            metrics.update(part)
         self.reporter.log("train", self.iteration, metrics)
         # after the log: a checkpoint of iteration N implies N's metrics row is written
         every = c["checkpointing"]["every"]
@@ -274,13 +238,6 @@ class Algorithm:
                 "loss_last_epoch": float(np.mean(losses[-max(1, len(steps) // s["epochs"]):])) if losses else None,
                 "trained_tokens": int(tokens), "seconds": time.perf_counter() - t0, "policy_version": self.version}
 
-    # ---- intervention -----------------------------------------------------------------------
-    def _intervene(self, groups: list[list[Trajectory]]):
-        failed = sorted({g[0].task_id for g in groups if all_failed(g)})
-        evidence = dict(zip(failed, ray.get([self.runners[i % len(self.runners)].reward_evidence.remote(tid, "train")
-                                             for i, tid in enumerate(failed)])))
-        return self.intervention.run(groups, version=self.version, round_=self.iteration, evidence=evidence)
-
     # ---- checkpoints ----------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> str:
         """Learner, config and driver state into ``path``, atomically (``rti_actors.checkpoints``):
@@ -294,8 +251,7 @@ class Algorithm:
             self.learner.save(str(tmp / "learner"))
             (tmp / "config.json").write_text(self.config.to_json())
             (tmp / "algorithm_state.json").write_text(json.dumps(state))
-            if self.intervention is not None:
-                (tmp / FIXES_FILE).write_text(json.dumps(self.fixes.to_dict()))
+            self.plugin.save_state(tmp)
         self._last_save = path
         return str(path)
 
@@ -327,10 +283,7 @@ class Algorithm:
         if changed:
             log.warning("restoring %s with changed options: %s", path, "; ".join(changed))
         state = json.loads((path / "algorithm_state.json").read_text())
-        # read before anything changes; a checkpoint from before the tracker existed starts it empty
-        saved = (AcceptedFixes.from_dict(json.loads((path / FIXES_FILE).read_text())).fixes
-                 if (path / FIXES_FILE).is_file() else [])
-        fixes = AcceptedFixes(self.config["interventions"]["tracked_fixes"], saved)
+        plugin_state = self.plugin.read_state(path)  # read before anything changes
         before = self._last_save
         try:
             self.learner_step = self.learner.load(str(path / "learner"))
@@ -341,7 +294,7 @@ class Algorithm:
         self._last_save = path
         self.iteration, self.rng.bit_generator.state = state["iteration"], state["rng"]
         self.sft_progress = state.get("sft", {})
-        self.fixes = fixes
+        self.plugin.apply_state(plugin_state)
         if self._next is not None:  # rollouts launched before the restore: drawn from the old state
             self._collect(self._next)
             self._next = None
@@ -363,19 +316,38 @@ class Algorithm:
         self.graph.kill()
 
 
+    # ---- what plug-ins call ---------------------------------------------------------------
+    def sample_iteration(self) -> tuple[_Launch, list[Trajectory]]:
+        """The default rollouts: the plug-in's episodes per task for the picked tasks, launched
+        now or, with max_policy_lag, while the last update ran."""
+        launch = self._next or self._launch(self._train_specs(self.iteration), self._sampling())
+        self._next = None
+        return launch, self._collect(launch)
+
+    def play(self, specs: list[EpisodeSpec]) -> list[Trajectory]:
+        """These episodes, in spec order, with the rollout sampling (crashes redone)."""
+        return self._sample(specs, self._sampling())
+
+    @contextmanager
+    def timed(self, name: str):
+        """Time a phase of this iteration (``seconds/<name>`` in its metrics)."""
+        with _timed(self._times, name):
+            yield
+
     # ---- pieces ---------------------------------------------------------------------------
     def _sampling(self, temperature: float | None = None) -> dict:
         return rollout_sampling(self.config["policy"], temperature)
 
-    def _pick_tasks(self, n: int) -> list[str]:
+    def pick_tasks(self, n: int) -> list[str]:
         replace = n > len(self.train_ids)
         idx = self.rng.choice(len(self.train_ids), size=n, replace=replace)
         return [self.train_ids[i] for i in idx]
 
     def _train_specs(self, round_: int) -> list[EpisodeSpec]:
         t, seed = self.config["training"], self.config["debugging"]["seed"]
-        tasks = self._pick_tasks(t["tasks_per_iteration"])
-        return [EpisodeSpec(tid, j, seed, round_, "train") for tid in tasks for j in range(on_policy_count(self.config))]
+        tasks = self.pick_tasks(t["tasks_per_iteration"])
+        per_task = self.plugin.episodes_per_task(self.config)
+        return [EpisodeSpec(tid, j, seed, round_, "train") for tid in tasks for j in range(per_task)]
 
     def _sample(self, specs: list[EpisodeSpec], sampling: dict) -> list[Trajectory]:
         return self._collect(self._launch(specs, sampling))
@@ -437,7 +409,7 @@ class Algorithm:
         order = {(s.task_id, s.sample_index): k for k, s in enumerate(specs)}
         return sorted(results, key=lambda t: order[(t.task_id, t.sample_index)])
 
-    def _branch(self, requests: list) -> list:
+    def play_branches(self, requests: list) -> list:
         """AEPO's branches: each ``Continuation`` played on the runners (spread like episodes), a
         trajectory or a ``ReplayFailure`` per request, in request order. As with ``_collect``, a
         shard whose runner died goes to the next runner, and a branch with a turn from weights

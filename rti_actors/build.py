@@ -4,8 +4,8 @@
     env runners (N envs each)      -> sample, continue_from, reward_evidence
     replay queue                   <- LearnerSample groups, tagged with a policy version
     learner (DeepSpeed / torch)    -> pulls from the queue, steps, publishes weights
-    RTI: role actors, rule roles, PPL gate, extra engines (role model)
-    OPD: the teacher's engine (an extra engine) or endpoint client, in a Distiller
+    the algorithm's own, started by its plug-in (``rti_actors.algorithms``): RTI's role
+    actors, rule roles, PPL gate and role model engine; OPD's teacher engine
     env_config models: extra engines for a τ² LLM user or a Hard20 judge
 
 ``build_graph`` starts every actor, pings each one (an actor that cannot start fails here,
@@ -23,11 +23,11 @@ from pathlib import Path
 
 import ray
 
-from envs.openai_client import OpenAIChatClient
 from envs.registry import get_creator
 from policies.chat import ChatRenderer, ChatTemplateError
 from policies.engines import default_dtype
 from policies.models import context_length, load_model
+from rti_actors.algorithms import AlgorithmPlugin, get_algorithm
 from rti_actors.cluster import check_custom_resources, check_shared_paths, cluster_resources
 from rti_actors.config import ConfigError, RTIConfig, learner_settings
 from rti_actors.engine_actor import EngineActor, EnginePool, LatestWeights
@@ -37,11 +37,7 @@ from rti_actors.learner import estimate_memory_gib
 from rti_actors.learner_group import LearnerGroup
 from rti_actors.logs import actor_env_vars, actor_log_dir
 from rti_actors.lora import check_lora
-from rti_actors.opd import Distiller, EndpointTeacher, EngineTeacher, check_endpoint_tokenizer, check_teacher_tokenizer
 from rti_actors.replay import ReplayQueue
-from rti_actors.rti.gate import PPLGate
-from rti_actors.rti.pipeline import Intervention
-from rti_actors.rti.roles import RoleActor, RuleRoles
 
 log = logging.getLogger("rti_actors")
 
@@ -59,9 +55,8 @@ class ActorGraph:
     weight_meta: list | None      # the broadcast's tensor layout
     train_ids: list[str]
     latest: object = None         # engine_actor.LatestWeights: what a restarted engine installs
-    intervention: object = None   # rti_actors.rti.pipeline.Intervention (algorithm="rti")
-    extra: dict = field(default_factory=dict)  # {kind: actors}: role actors, gate, extra engines
-    distiller: object = None      # rti_actors.opd.Distiller (algorithm="opd")
+    plugin: AlgorithmPlugin | None = None  # the run's algorithm, its actors started
+    extra: dict = field(default_factory=dict)  # {kind: actors}: the plug-in's actors, extra engines
 
     def kinds(self) -> dict[str, list]:
         """Every actor by kind, for the fault counters (``rti_actors.faults``)."""
@@ -127,13 +122,13 @@ def build_graph(config: RTIConfig, run_dir: str | os.PathLike) -> ActorGraph:
     _check_tensor_parallel(model_path, p["tensor_parallel_size"])
     _check_lora(c, model_path)
     renderer = _renderer(model_path, p)
-    teacher = _opd_teacher(c, renderer.tokenizer) if c["training"]["algorithm"] == "opd" else None
-    _check_memory(c, model_path, [teacher] if isinstance(teacher, str) else [])
+    plugin = get_algorithm(c["training"]["algorithm"])(c)
+    _check_memory(c, model_path, plugin.prepare(renderer))
     check_shared_paths(model_path, Path(run_dir))
     started: list = []
     try:
         graph = _start(c, model_path, renderer, started, actor_log_dir(Path(run_dir), c["debugging"]["log_level"]),
-                       teacher)
+                       plugin)
     except Exception:
         for a in started:  # the ones that did start hold CPUs and memory
             if isinstance(a, LearnerGroup):
@@ -144,7 +139,24 @@ def build_graph(config: RTIConfig, run_dir: str | os.PathLike) -> ActorGraph:
     return graph
 
 
-def _start(c: RTIConfig, model_path: str, renderer, started: list, log_dir: Path | None, teacher=None) -> ActorGraph:
+@dataclass
+class GraphParts:
+    """What an algorithm plug-in's ``start_actors`` may use of the graph being built."""
+
+    config: RTIConfig
+    model_path: str
+    renderer: object
+    engines: list
+    pool: EnginePool
+    runners: list
+    creator: object               # the env's creator, for actors that make envs of their own
+    env_config: dict              # as the runners got it (models wired to engines)
+    extra_engines: ExtraEngines
+    started: list                 # every actor started, for the clean-up when build fails
+
+
+def _start(c: RTIConfig, model_path: str, renderer, started: list, log_dir: Path | None,
+           plugin: AlgorithmPlugin) -> ActorGraph:
     p, r, lc, ft, t = c["policy"], c["env_runners"], c["learners"], c["fault_tolerance"], c["training"]
     # engines: generation and scoring for rollouts, the intervention roles and the gate
     dtype = p["dtype"] or default_dtype(p["engine"], on_gpu=bool(r["num_gpus_per_engine"]))
@@ -162,10 +174,6 @@ def _start(c: RTIConfig, model_path: str, renderer, started: list, log_dir: Path
     started += engines
     extra_engines = ExtraEngines(p["engine"], {"dtype": dtype, "max_model_len": p["max_model_len"]},
                                   r["num_gpus_per_engine"], engine_env, started, restarts)
-    # OPD: a teacher model gets an engine of its own (started here, so the pings below cover it)
-    if isinstance(teacher, str):
-        teacher = EngineTeacher([extra_engines.get(teacher)])
-
     # env runners: each hosts num_envs_per_env_runner environments. env_config may name a
     # model for τ²'s LLM user or Hard20's judge: the runners get EngineChat callables in its
     # place, while the config keeps the strings so checkpoints stay plain JSON.
@@ -187,7 +195,7 @@ def _start(c: RTIConfig, model_path: str, renderer, started: list, log_dir: Path
     started.append(queue)
     # N ranks packed on a node share its cores: by default each gets its share, not all of them
     threads = lc["num_threads_per_learner"] or max(1, (os.cpu_count() or 1) // lc["num_learners"])
-    learner = LearnerGroup(model_path, learner_settings(c), lc["num_learners"], lc["num_cpus_per_learner"],
+    learner = LearnerGroup(model_path, {**learner_settings(c), "plugin": type(plugin)}, lc["num_learners"], lc["num_cpus_per_learner"],
                            lc["num_gpus_per_learner"], threads_env(threads, actor_env_vars("learner", log_dir)),
                            ft["start_timeout_s"], lc["custom_resources_per_learner"])
     started.append(learner)
@@ -206,24 +214,13 @@ def _start(c: RTIConfig, model_path: str, renderer, started: list, log_dir: Path
                               f"{env!r}'s 'train' split; give ids from env.task_ids('train')")
         train_ids = list(t["task_ids"])
 
-    if t["algorithm"] == "luffy" and c["teacher"]["source"] == "oracle" and not ray.get(runners[0].has_oracle.remote()):
-        raise ConfigError(f"teacher(source='oracle') needs an environment with a scripted oracle_agent(); {env!r} "
-                          "has none: give teacher(source=<a demonstrations JSONL>) instead")
-    intervention, extra = None, {}
-    if t["algorithm"] == "rti":
-        intervention, extra = _intervention(c, model_path, renderer, pool, runners, creator, env_config, extra_engines,
-                                            started)
-    distiller = None
-    if teacher is not None:
-        # the KL's temperature, the same on both sides: the rollout's for a model teacher; an
-        # endpoint's prompt log-probs are the model's own distribution (temperature 1)
-        kl_temperature = EndpointTeacher.temperature if isinstance(teacher, EndpointTeacher) else p["temperature"]
-        distiller = Distiller(engines, teacher, kl_temperature, c["teacher"]["reward_weight"], p["max_model_len"])
+    extra = dict(plugin.start_actors(GraphParts(c, model_path, renderer, engines, pool, runners, creator, env_config,
+                                           extra_engines, started)))
     mode, meta = _init_weight_sync(c, learner, engines)
     if extra_engines.by_path:
         extra["extra_engine"] = extra_engines.handles()
     return ActorGraph(model_path, renderer, dtype, engines, runners, queue, learner, mode, meta, train_ids,
-                      latest, intervention, extra, distiller)
+                      latest, plugin, extra)
 
 
 class ExtraEngines:
@@ -308,85 +305,6 @@ def resolve_env_config(env_config: dict, policy_engines: list, policy_path: str,
     elif judge == "endpoint":
         endpoint_ok("judge_endpoint")
     return cfg
-
-
-# ---- RTI ----------------------------------------------------------------------------------------
-def _intervention(c: RTIConfig, model_path: str, renderer, pool: EnginePool, runners: list, creator,
-                  env_config: dict, extra_engines: ExtraEngines, started: list):
-    """The pipeline and its actors: role actors (the policy's engines, another model's
-    engine or an endpoint), the env's rule-based roles when roles="rules", and the gate."""
-    iv, p, ft = c["interventions"], c["policy"], c["fault_tolerance"]
-    roles, provider, role_path, same_tokenizer = iv["roles"], pool, model_path, True
-    if roles.startswith(("http://", "https://")):
-        provider = OpenAIChatClient(roles, iv["endpoint_model"], api_key_env=iv["endpoint_api_key_env"],
-                                    timeout=60.0, purpose="role endpoint")
-        try:
-            provider.check()
-        except ValueError as e:
-            raise ConfigError(f"interventions(roles={roles!r}): {e}; start it or use roles='self'") from None
-        role_path, same_tokenizer = None, False
-    elif roles not in ("self", "rules"):
-        try:
-            role_path = load_model(roles)
-        except (ValueError, RuntimeError) as e:
-            raise ConfigError(f"interventions(roles={roles!r}): {e}") from None
-        provider, same_tokenizer = EnginePool([extra_engines.get(role_path)]), role_path == model_path
-    options = {"num_cpus": 0, "max_restarts": ft["max_restarts"], "max_task_retries": ft["max_task_retries"]}
-    role_actors = [ray.remote(RoleActor).options(**options).remote(
-        provider, role_path, model_path, p["max_model_len"], iv["max_role_tokens"], same_tokenizer,
-        iv["structured_verdicts"])
-        for _ in range(iv["num_role_actors"])]
-    gate = ray.remote(PPLGate).options(**options).remote(
-        pool, p["temperature"], iv["gate_max_batch"], iv["gate_max_wait_ms"] / 1000)
-    providers, extra = role_actors, {"role_actor": role_actors, "gate": [gate]}
-    started += role_actors + [gate]
-    if roles == "rules":
-        if not ray.get(runners[0].has_rti_rules.remote()):
-            raise ConfigError(f"interventions(roles='rules') needs an environment with rule-based roles (its "
-                              f"rti_rules() hook); {c['environment']['env']!r} has none: use roles='self', a model "
-                              "folder or an endpoint URL")
-        providers = [ray.remote(RuleRoles).options(**options).remote(creator, env_config, model_path)]
-        extra["rule_roles"] = providers
-        started += providers
-    await_started({f"RTI role actor {i}": a for i, a in enumerate(providers + role_actors)}, ft["start_timeout_s"])
-    facts = ray.get(runners[0].verifier_facts.remote())
-    intervention = Intervention(iv, roles=providers, verifiers=role_actors, gate=gate, runners=runners,
-                                renderer=renderer, sampling=rollout_sampling(p), seed=c["debugging"]["seed"], facts=facts)
-    return intervention, extra
-
-
-# ---- OPD ----------------------------------------------------------------------------------------
-def _opd_teacher(c: RTIConfig, tokenizer):
-    """OPD's teacher, checked before any actor starts: the resolved folder of a teacher model
-    (its tokenizer must be the policy's, its context at least max_model_len), or an
-    ``EndpointTeacher`` whose server is reachable and reads the policy's token ids as the
-    policy does."""
-    te, p = c["teacher"], c["policy"]
-    policy_text = f"policy(model={p['model']!r})"
-    if te["endpoint"] is not None:
-        client = OpenAIChatClient(te["endpoint"], te["endpoint_model"], api_key_env=te["endpoint_api_key_env"],
-                                  timeout=120.0, purpose="teacher endpoint")
-        text = f"teacher(endpoint={te['endpoint']!r})"
-        try:
-            client.check()
-        except ValueError as e:
-            raise ConfigError(f"{text}: {e}; start it or give teacher(model=...)") from None
-        check_endpoint_tokenizer(client, tokenizer, text, policy_text)
-        return EndpointTeacher(client)
-    from transformers import AutoTokenizer
-
-    text = f"teacher(model={str(te['model'])!r})"
-    try:
-        path = load_model(str(te["model"]))
-    except (ValueError, RuntimeError) as e:
-        raise ConfigError(f"{text}: {e}") from None
-    check_teacher_tokenizer(tokenizer, AutoTokenizer.from_pretrained(path), text, policy_text)
-    positions = context_length(path)
-    if positions is not None and p["max_model_len"] > positions:
-        raise ConfigError(f"{text} has {positions} positions but scores whole trajectories of up to "
-                          f"policy(max_model_len={p['max_model_len']}) tokens: use a teacher with a longer context or "
-                          f"set max_model_len <= {positions}")
-    return path
 
 
 # ---- pieces ---------------------------------------------------------------------------------

@@ -22,9 +22,9 @@ from envs.openai_client import DEFAULT_KEY_ENV, REDACTED, Secret, inline_key_mes
 from policies.chat import check_chat_template
 from policies.engines import vllm_available
 from policies.models import BUILTIN_MODELS, is_hub_id, is_model_folder
+from rti_actors.algorithms import algorithm_names, get_algorithm
 from rti_actors.lora import check_lora
 
-ALGORITHMS = ("grpo", "gspo", "rti", "luffy", "opd", "aepo")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 OFFLOADS = ("none", "optimizer", "optimizer+params")
 
@@ -163,6 +163,8 @@ class Want:
     def accepts(self, v) -> bool:
         if self.kind == "choice":
             return any(type(v) is type(c) and v == c for c in self.choices)  # True is not 1
+        if self.kind == "algorithm":  # what is registered when validate runs
+            return isinstance(v, str) and v in algorithm_names()
         if v is None:
             return self.none
         if self.kind in _KINDS:
@@ -196,6 +198,9 @@ class Want:
         where = f"{section}({key}={_shown(v)})"
         if self.kind == "choice":
             return f"{where}: {self.why + '; ' if self.why else ''}choose one of {list(self.choices)}"
+        if self.kind == "algorithm":
+            return (f"{where}: unknown algorithm; choose one of {list(algorithm_names())}, or register your own with "
+                    "rti_actors.algorithms.register_algorithm")
         big = (" and below 2**63" if self.kind in ("int", "number") and isinstance(v, int) and not isinstance(v, bool)
                and abs(v) > MAX_INT else "")
         return f"{where} must be {self.text()}{big}" + (f": {self.why}" if self.why else "")
@@ -226,7 +231,7 @@ WANTS: dict[str, dict[str, Want]] = {
     "env_runners": {"num_env_runners": COUNT, "num_envs_per_env_runner": COUNT, "num_cpus_per_env_runner": CPUS,
                     "num_engines": COUNT, "num_cpus_per_engine": CPUS, "num_gpus_per_engine": CPUS,
                     "num_threads_per_engine": _int(1, none=True)},
-    "training": {"algorithm": _one_of(*ALGORITHMS, why="unknown algorithm"),
+    "training": {"algorithm": Want("algorithm"),
                  "group_size": _int(2, why="GRPO needs at least 2 samples per task to normalise rewards"),
                  "tasks_per_iteration": COUNT, "lr": _num(0, open_low=True), "weight_decay": _num(0),
                  "clip": _num(0, 1, open_low=True, open_high=True), "micro_batch_tokens": COUNT,
@@ -520,12 +525,9 @@ class RTIConfig:
         problems += [f"learners(lora={_shown(lr['lora'])}): {p}"
                      for p in check_lora(lr["lora"], zero_stage=lr["zero_stage"] if ok("learners", "zero_stage") else 0)]
         problems += _intervention_problems(c["interventions"])
-        if t["algorithm"] == "luffy" and ok("teacher", "source", "traces_per_group") and ok("training", "group_size"):
-            problems += _teacher_problems(c["teacher"], t["group_size"])
-        if t["algorithm"] == "opd" and ok("teacher", "model", "endpoint", "endpoint_api_key_env"):
-            problems += _distillation_teacher_problems(c["teacher"])
-        if t["algorithm"] == "aepo" and ok("aepo", "initial_rollouts") and ok("training", "group_size", "max_policy_lag"):
-            problems += _aepo_problems(c["aepo"], t)
+        plugin = get_algorithm(t["algorithm"]) if ok("training", "algorithm") else None
+        if plugin is not None:
+            problems += plugin.validate(c, ok)
         if not problems and available_cpus is not None:
             need = (r["num_env_runners"] * r["num_cpus_per_env_runner"] + r["num_engines"] * r["num_cpus_per_engine"]
                     + lr["num_learners"] * lr["num_cpus_per_learner"])
@@ -537,10 +539,7 @@ class RTIConfig:
                     "env_runners(num_env_runners, num_cpus_per_env_runner, num_engines, num_cpus_per_engine) or "
                     "learners(num_learners, num_cpus_per_learner)")
         if not problems and available_gpus is not None:
-            role_model = c["interventions"]["roles"] not in ("self", "rules") and not str(
-                c["interventions"]["roles"]).startswith(("http://", "https://")) and t["algorithm"] == "rti"
-            teacher_model = t["algorithm"] == "opd" and c["teacher"]["model"] is not None
-            engines = r["num_engines"] + int(role_model) + int(teacher_model)
+            engines = r["num_engines"] + plugin.extra_engines(c)
             need = engines * r["num_gpus_per_engine"] + lr["num_learners"] * lr["num_gpus_per_learner"]
             if need > available_gpus + 1e-9:
                 problems.append(
@@ -663,7 +662,7 @@ def _names_a_model(name: str) -> bool:
     return name in BUILTIN_MODELS or is_model_folder(path) or (is_hub_id(name) and not path.exists())
 
 
-def _distillation_teacher_problems(te: dict) -> list[str]:
+def distillation_teacher_problems(te: dict) -> list[str]:
     """OPD's teacher: exactly one of a model and an endpoint (whether its tokenizer is the
     policy's is build's check: it reads both tokenizers, or asks the endpoint)."""
     model, endpoint = te["model"], te["endpoint"]
@@ -684,7 +683,7 @@ def _distillation_teacher_problems(te: dict) -> list[str]:
     return []
 
 
-def _teacher_problems(te: dict, group_size: int) -> list[str]:
+def teacher_problems(te: dict, group_size: int) -> list[str]:
     """LUFFY's teacher: a source that exists and room for on-policy samples in each group (the
     env's oracle is build's check: it needs the env)."""
     problems = []
@@ -698,7 +697,7 @@ def _teacher_problems(te: dict, group_size: int) -> list[str]:
     return problems
 
 
-def _aepo_problems(ae: dict, t: dict) -> list[str]:
+def aepo_problems(ae: dict, t: dict) -> list[str]:
     """AEPO's budget against the group's, and its rounds against asynchronous sampling."""
     problems = []
     m, g = ae["initial_rollouts"], t["group_size"]

@@ -39,21 +39,13 @@ import psutil
 import ray
 import torch
 
+from rti_actors.algorithms import AlgorithmPlugin, get_algorithm
 from rti_actors.batch_layout import Attend, Layout, PrefixKV, Row, Segment, has_sliding_window, plan, register
 from rti_actors.checkpoints import check_pickles
-from rti_actors.config import ALGORITHMS, OFFLOADS, RTIConfig, gspo_clip_pair, learner_settings
+from rti_actors.config import OFFLOADS, RTIConfig, gspo_clip_pair, learner_settings
 from rti_actors.faults import Restartable
 from rti_actors.lora import apply_lora, base_parameters, check_lora, lora_settings, merged_weights
-from rti_actors.losses import (
-    add_stats,
-    aepo_loss,
-    finish_stats,
-    grpo_loss,
-    gspo_loss,
-    luffy_loss,
-    masked_token_logprobs,
-    sft_loss,
-)
+from rti_actors.losses import add_stats, finish_stats, masked_token_logprobs, sft_loss
 from rti_actors.plan import ModelShape, model_state_bytes
 from rti_actors.trajectory import LearnerSample
 from rti_actors.weight_sync import free_address, host_store, init_group, send
@@ -69,8 +61,10 @@ DEFAULTS = {
     "world_size": 1,
     "master_addr": "127.0.0.1",
     "master_port": None,            # None: a free port (world_size 1 only)
+    # the algorithm's plug-in class, for one the learner's process has not registered (a
+    # user's, registered in the driver's script); None: looked up by the algorithm's name
+    "plugin": None,
 }
-OBJECTIVES = ALGORITHMS + ("sft",)  # per update: "sft" trains on demonstrations (cross-entropy)
 
 
 # What update() checks and reads: policy_version is bookkeeping the loss never looks at,
@@ -187,8 +181,9 @@ class Learner:
             raise ValueError(f"unknown learner config keys {sorted(unknown)}; known: {sorted(DEFAULTS)}")
         self.config = {**DEFAULTS, **(config or {})}
         c = self.config
-        if c["algorithm"] not in ALGORITHMS:
-            raise ValueError(f"unknown algorithm {c['algorithm']!r}; choose one of {ALGORITHMS}")
+        self.plugin: type[AlgorithmPlugin] = c["plugin"] or get_algorithm(c["algorithm"])
+        if self.plugin.name != c["algorithm"]:
+            raise ValueError(f"plugin {self.plugin.__name__} is algorithm {self.plugin.name!r}, not {c['algorithm']!r}")
         c["gspo_clip_eps"] = gspo_clip_pair(c["gspo_clip_eps"], "learner gspo_clip_eps")
         if not (isinstance(c["luffy_gamma"], (int, float)) and c["luffy_gamma"] > 0):
             raise ValueError(f"luffy_gamma must be a number > 0, got {c['luffy_gamma']!r}")
@@ -397,22 +392,10 @@ class Learner:
         if objective == "sft":  # the model's own distribution: temperature 1
             return sft_loss(masked_token_logprobs(hidden, head, batch["ids"], batch["mask"], 1.0), batch["tw"],
                             batch["mask"], num_tokens=normaliser)
-        if objective == "aepo":  # token entropies from the same logits as the log-probs
-            logp, entropy = masked_token_logprobs(hidden, head, batch["ids"], batch["mask"],
-                                                  self.config["temperature"], with_entropy=True)
-            return aepo_loss(logp, batch["blp"], batch["adv"], batch["tw"], batch["mask"], entropy,
-                             clip_eps=self.config["clip_eps"], advantage_weight=self.config["aepo_advantage_weight"],
-                             entropy_clip=self.config["aepo_entropy_clip"], num_tokens=normaliser, seq=batch["seq"])
-        logp = masked_token_logprobs(hidden, head, batch["ids"], batch["mask"], self.config["temperature"])
-        if objective == "gspo":
-            return gspo_loss(logp, batch["blp"], batch["adv"], batch["tw"], batch["mask"],
-                             clip_eps=self.config["gspo_clip_eps"], num_sequences=normaliser, seq=batch["seq"])
-        if objective == "luffy":
-            return luffy_loss(logp, batch["blp"], batch["adv"], batch["tw"], batch["mask"], batch["off"],
-                              clip_eps=self.config["clip_eps"], gamma=self.config["luffy_gamma"],
-                              num_tokens=normaliser)
-        return grpo_loss(logp, batch["blp"], batch["adv"], batch["tw"], batch["mask"],
-                         clip_eps=self.config["clip_eps"], num_tokens=normaliser)
+        scored = masked_token_logprobs(hidden, head, batch["ids"], batch["mask"], self.config["temperature"],
+                                       with_entropy=self.plugin.with_entropy)
+        logp, entropy = scored if self.plugin.with_entropy else (scored, None)
+        return self.plugin.loss(logp, batch, self.config, normaliser, entropy)
 
     def _passes(self, samples: list[dict], layout: Layout, normaliser: float, objective: str):
         """Yield (tensor to backward, loss stats or None) per backward pass of the layout.
@@ -452,15 +435,16 @@ class Learner:
             check_samples(samples)
         c = self.config
         objective = objective or c["algorithm"]
-        if objective not in OBJECTIVES:
-            raise ValueError(f"unknown objective {objective!r}; choose one of {OBJECTIVES}")
+        if objective not in (c["algorithm"], "sft"):
+            raise ValueError(f"unknown objective {objective!r}; this learner trains {c['algorithm']!r} or 'sft' "
+                             "(the warm start's cross-entropy)")
         layout = plan([s["ids"] for s in samples], [s["loss_mask"] for s in samples], c["micro_batch_tokens"],
                       pack=c["pack_sequences"], share=c["share_prefix"])
         tokens = sum(sum(1 for m in s["loss_mask"] if m) for s in samples)
         seqs = sum(1 for s in samples if any(s["loss_mask"]))
         tokens, seqs, n_samples = self._all_reduce([float(tokens), float(seqs), float(len(samples))])
         (n_passes,) = self._all_reduce([float(layout.passes)], op="max")
-        normaliser = seqs if objective == "gspo" else tokens
+        normaliser = seqs if objective != "sft" and self.plugin.normaliser == "sequences" else tokens
         if tokens == 0:
             # Nothing to learn from; an Adam step on zero gradients would still move the
             # weights (momentum, weight decay), so no step is taken. Same on every rank.
@@ -498,10 +482,8 @@ class Learner:
         grad_norm, stepped = self._optimizer_step(lr)
         self.step += int(stepped)
         keys = ("loss_tokens", "clipped", "clip_units", "ratio_sum", "kl_sum")
-        if objective == "luffy":  # its KL is over on-policy tokens; and what the teacher tokens did
-            keys += ("kl_tokens", "teacher_tokens", "shaped_sum")
-        if objective == "aepo":  # the loss tokens' entropy, and where the clip kept a gradient
-            keys += ("entropy_sum", "preserved")
+        if objective != "sft":
+            keys += self.plugin.loss_stats
         loss_sum, processed, *summed = self._all_reduce(
             [loss_sum, float(sum(len(s["ids"]) for s in samples))] + [totals.get(k, 0.0) for k in keys])
         if self.device.type == "cpu":

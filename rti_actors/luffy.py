@@ -22,15 +22,15 @@ from pathlib import Path
 import ray
 
 from envs.base import ToolEnv, play
+from rti_actors.algorithms import get_algorithm
 from rti_actors.config import ConfigError
 from rti_actors.demonstrations import read_jsonl, to_sample
 from rti_actors.trajectory import EpisodeSpec, Trajectory
 
 
 def on_policy_count(config) -> int:
-    """How many of a group's ``group_size`` samples the policy plays."""
-    t = config["training"]
-    return t["group_size"] - (config["teacher"]["traces_per_group"] if t["algorithm"] == "luffy" else 0)
+    """How many of a group's ``group_size`` samples the policy plays (its algorithm's say)."""
+    return get_algorithm(config["training"]["algorithm"]).episodes_per_task(config)
 
 
 def has_oracle(env) -> bool:

@@ -17,3 +17,14 @@ def ray_cluster():
              runtime_env={"env_vars": env_vars})
     yield
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def lookup_start_policy(tmp_path_factory) -> str:
+    """The committed Lookup start policy: SmolLM2-135M with its warm-start adapter merged in."""
+    from policies.models import load_model
+    from rti_actors.lora import merge_adapter
+
+    out = tmp_path_factory.mktemp("lookup-start") / "policy"
+    adapter = REPO / "results" / "lookup-cpu" / "start" / "adapter"
+    return merge_adapter(load_model("smollm2-135m-instruct"), str(adapter), str(out))

@@ -44,7 +44,7 @@ def main():
                 .build())
         try:
             m = algo.train()
-            print(repr(algo.config), algo.intervention, flush=True)  # what a user might print
+            print(repr(algo.config), algo.plugin.intervention, flush=True)  # what a user might print
         finally:
             algo.stop()
         print("RESULT " + json.dumps({**SEEN, "triggered": m["rti/triggered_groups"]}), flush=True)

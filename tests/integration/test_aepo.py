@@ -4,7 +4,7 @@ three-turn env; branches are played by the runners' continuations and trained wi
 import pytest
 
 import rti_actors.aepo as aepo_module
-import rti_actors.algorithm as algorithm_module
+import rti_actors.algorithms.base as plugin_base  # where advantages are assigned
 from envs import Task, ToolEnv
 from rti_actors import RTIConfig
 
@@ -61,8 +61,8 @@ def test_one_iteration_branches_within_the_budget_trains_and_checkpoints(ray_clu
     cfg = _branching(tiny_model_path, tmp_path, "aepo", monkeypatch)
     algo = cfg.build()
     seen, samples = [], []
-    assign = algorithm_module.assign_advantages
-    monkeypatch.setattr(algorithm_module, "assign_advantages", lambda g: seen.append(assign(g)) or g)
+    assign = plugin_base.assign_advantages
+    monkeypatch.setattr(plugin_base, "assign_advantages", lambda g: seen.append(assign(g)) or g)
     start = algo._start_update
     algo._start_update = lambda s, v: samples.extend(x for g in s for x in g) or start(s, v)
     try:

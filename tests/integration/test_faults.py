@@ -182,7 +182,7 @@ def test_rti_roles_gate_and_continuing_runner_crash_and_nothing_is_lost(ray_clus
                 .reporting(run_dir=str(tmp_path), run_name=name, tensorboard=False, plot=False))
 
     def disturb(algo):
-        iv = algo.intervention
+        iv = algo.plugin.intervention
         iv.roles = [_kill_after_send(a, "validate") for a in iv.roles]
         iv.gate = _kill_after_send(iv.gate, "score_many")
         iv.runners = [_kill_after_send(iv.runners[0], "continue_from"), *iv.runners[1:]]

@@ -3,8 +3,10 @@
 success rate within a few minutes on 2 cores.
 
 Every piece has unit tests of its own; this one fails when the pieces stop composing into
-learning: an advantage with the wrong sign, a loss mask off by a token, weights that never
-reach the engine all leave it flat or falling (each was checked with a temporary patch).
+learning: an advantage with the wrong sign or weights that never reach the engine leave it
+flat or falling (each was checked with a temporary patch). A loss mask shifted by one token
+only slows learning on this task (the dropped and added tokens open and close a turn and are
+near certain either way), so the unit tests of the learner's masking catch that one.
 Success is measured on the same 32 tier-1 tasks, 4 samples each, with the same sampling
 seeds before and after training. The seeds do not make vLLM's CPU sampling bit-exact
 (batches form differently from call to call), so with unchanged weights the two measurements
@@ -17,26 +19,14 @@ standard errors from each.
 import numpy as np
 import pytest
 
-from tests.conftest import REPO
-
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.learning]
 
-START_ADAPTER = REPO / "results" / "lookup-cpu" / "start" / "adapter"
 ITERATIONS = 5
 EVAL_TASKS, EVAL_SAMPLES = 32, 4
 AT_MOST, AT_LEAST = 0.45, 0.46  # success on the fixed tasks: the start policy's, and the trained one's
 
 
-@pytest.fixture(scope="module")
-def start_policy(tmp_path_factory) -> str:
-    from policies.models import load_model
-    from rti_actors.lora import merge_adapter
-
-    out = tmp_path_factory.mktemp("lookup-start") / "policy"
-    return merge_adapter(load_model("smollm2-135m-instruct"), str(START_ADAPTER), str(out))
-
-
-def test_grpo_raises_tier1_success_from_the_start_policy(ray_cluster, start_policy, tmp_path):
+def test_grpo_raises_tier1_success_from_the_start_policy(ray_cluster, lookup_start_policy, tmp_path):
     from envs import make_env
     from policies.engines import cpu_has_native_bf16
     from rti_actors import RTIConfig
@@ -44,7 +34,7 @@ def test_grpo_raises_tier1_success_from_the_start_policy(ray_cluster, start_poli
     train_ids = make_env("Lookup-v0", {"tiers": [1]}).unwrapped.task_ids("train")
     algo = (RTIConfig()
             .environment("Lookup-v0", env_config={"tiers": [1]})
-            .policy(model=start_policy, engine="vllm", max_new_tokens=96, max_model_len=2048, temperature=1.0)
+            .policy(model=lookup_start_policy, engine="vllm", max_new_tokens=96, max_model_len=2048, temperature=1.0)
             .env_runners(num_env_runners=2, num_envs_per_env_runner=16)
             .training(algorithm="grpo", group_size=8, tasks_per_iteration=4, lr=2e-4, task_ids=train_ids)
             .learners(backend="torch", dtype="bfloat16" if cpu_has_native_bf16() else "float32",

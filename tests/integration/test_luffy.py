@@ -3,7 +3,7 @@ with Navigation's scripted oracle as the teacher."""
 
 import pytest
 
-import rti_actors.algorithm as algorithm_module
+import rti_actors.algorithms.base as plugin_base  # where advantages are assigned
 from envs import ToolEnv
 from rti_actors import RTIConfig
 from rti_actors.config import ConfigError
@@ -50,8 +50,8 @@ def _masked_runs(ids, mask):
 def test_oracle_traces_join_each_group_and_train_with_it(ray_cluster, long_tiny_model, tmp_path, monkeypatch):
     algo = _luffy_config(long_tiny_model, tmp_path, "luffy").build()
     seen, samples = [], []
-    assign = algorithm_module.assign_advantages
-    monkeypatch.setattr(algorithm_module, "assign_advantages", lambda g: seen.append(assign(g)) or g)
+    assign = plugin_base.assign_advantages
+    monkeypatch.setattr(plugin_base, "assign_advantages", lambda g: seen.append(assign(g)) or g)
     start = algo._start_update
     algo._start_update = lambda s, v: samples.extend(s) or start(s, v)
     try:

@@ -127,7 +127,7 @@ def test_one_iteration_mixes_the_reward_checkpoints_and_restores(ray_cluster, ti
     """A flat student, the peaked tiny model as teacher (one tokenizer), reward weight 0.5: each
     token's advantage is -(log pi_s - log pi_t) + 0.5 A_i, checked against both models scored here.
     The group advantages A_i are set by hand (a flat model rarely succeeds), so the mix shows."""
-    import rti_actors.algorithm as algorithm_module
+    import rti_actors.algorithms.base as plugin_base  # where advantages are assigned
     from policies.engines import make_engine
     from policies.models import make_tiny_model
 
@@ -136,7 +136,7 @@ def test_one_iteration_mixes_the_reward_checkpoints_and_restores(ray_cluster, ti
             t.advantage = (t.sample_index - 3.5) / 4
         return group
 
-    monkeypatch.setattr(algorithm_module, "assign_advantages", assign)
+    monkeypatch.setattr(plugin_base, "assign_advantages", assign)
     student = make_tiny_model(tmp_path / "flat", logit_scale=1.0, seed=1)
     algo = _config(student, tiny_model_path, tmp_path, "mix").teacher(reward_weight=0.5).build()
     samples = _captured(algo)

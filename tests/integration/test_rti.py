@@ -42,7 +42,7 @@ def test_rules_intervention_is_accepted_continued_and_trained(ray_cluster, tiny_
         for g in groups:
             for t in g:
                 assert set(t.token_weight) == {1.0}  # on-policy trajectories: weights exactly 1
-        new_groups, m = algo._intervene(groups)
+        new_groups, m = algo.plugin.transform_groups(algo, groups)
         assert m["rti/provider"] == "rules" and m["rti/triggered_groups"] == 2
         assert m["rti/accepted"] >= 1 and m["rti/continued"] >= 1
         rescued = [t for g in new_groups for t in g if t.intervened]
@@ -54,7 +54,7 @@ def test_rules_intervention_is_accepted_continued_and_trained(ray_cluster, tiny_
             assert any(x != 1.0 for x in w[a:b])                 # ... and reweighted on the fix
             assert all(0.8 - 1e-9 <= x <= 1.2 + 1e-9 for x in w[a:b])
             assert set(t.loss_mask[a:b]) == {1}
-            assert t.ids[b - 1] == algo.intervention.renderer.eos_id
+            assert t.ids[b - 1] == algo.plugin.intervention.renderer.eos_id
             assert t.reward in (0.0, 1.0)                        # scored by the same reward
             assert t.sample_index >= 2 and t.source_index is not None
         assert sum(len(g) for g in new_groups) == 4 + len(rescued)  # append mode
@@ -69,17 +69,17 @@ def test_rules_intervention_is_accepted_continued_and_trained(ray_cluster, tiny_
         assert math.isfinite(result["rti/ppl_fixes_now"])
         assert result["rti/ppl_fixes_now"] != pytest.approx(result["rti/ppl_fixes_at_gate"], rel=1e-6)
         # saved with the checkpoint and restored; a checkpoint without the file restores empty
-        tracked = list(algo.fixes.fixes)
+        tracked = list(algo.plugin.fixes.fixes)
         ckpt = Path(algo.save(tmp_path / "ckpt"))
-        algo.fixes = AcceptedFixes(64)
+        algo.plugin.fixes = AcceptedFixes(64)
         algo.restore(ckpt)
-        assert algo.fixes.fixes == tracked
+        assert algo.plugin.fixes.fixes == tracked
         marker = json.loads((ckpt / "checkpoint.json").read_text())
         del marker["files"]["accepted_fixes.json"]
         (ckpt / "accepted_fixes.json").unlink()
         (ckpt / "checkpoint.json").write_text(json.dumps(marker))
         algo.restore(ckpt)
-        assert algo.fixes.fixes == []
+        assert algo.plugin.fixes.fixes == []
     finally:
         algo.stop()
 
@@ -109,12 +109,12 @@ def test_leakage_canary_never_reaches_a_sample_or_prompt(ray_cluster, tiny_model
             .training(algorithm="rti", group_size=4, tasks_per_iteration=2)
             .interventions(roles="self", ppl_threshold=math.inf, verifier=False, max_role_tokens=32)
             .reporting(run_dir=str(tmp_path), run_name="canary", tensorboard=False, plot=False).build())
-    tok = algo.intervention.renderer.tokenizer
+    tok = algo.plugin.intervention.renderer.tokenizer
     try:
         for it in range(2):
             groups = _sample_groups(algo)
             assert canary in repr(ray.get(algo.runners[0].reward_evidence.remote(groups[0][0].task_id, "train")))
-            new_groups, m = algo._intervene(groups)
+            new_groups, m = algo.plugin.transform_groups(algo, groups)
             assert m["rti/triggered_groups"] == len(groups)
             for t in (t for g in new_groups for t in g):
                 assert canary not in tok.decode(t.ids)
@@ -128,7 +128,7 @@ def test_leakage_canary_never_reaches_a_sample_or_prompt(ray_cluster, tiny_model
 def test_second_fix_on_a_rescued_trajectory_that_still_fails(ray_cluster, tiny_model_path, tmp_path):
     algo = _nav_config(tiny_model_path, tmp_path, "depth2", interventions_per_trajectory=2).build()
     try:
-        new_groups, m = algo._intervene(_sample_groups(algo))
+        new_groups, m = algo.plugin.transform_groups(algo, _sample_groups(algo))
     finally:
         algo.stop()
     assert m["rti/accepted_second_fix"] >= 1
@@ -172,7 +172,7 @@ def test_env_failures_are_counted_never_scored_and_never_trigger_rti(ray_cluster
             .reporting(run_dir=str(tmp_path), run_name="failing", tensorboard=False, plot=False).build())
     try:
         algo.train_ids = ["ok", "grader-down", "bug"]  # one group the policy fails, two the env does
-        algo._pick_tasks = lambda n: list(algo.train_ids)
+        algo.pick_tasks = lambda n: list(algo.train_ids)
         m = algo.train()
     finally:
         algo.stop()

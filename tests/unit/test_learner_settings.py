@@ -31,7 +31,7 @@ def test_learner_settings_map_the_config():
                  "aepo_advantage_weight": 0.2, "aepo_entropy_clip": True}
     # the learner's defaults are the config's, plus process-level keys only
     assert {k: DEFAULTS[k] for k in KEYS} == learner_settings(RTIConfig())
-    assert set(DEFAULTS) - KEYS == {"betas", "rank", "world_size", "master_addr", "master_port"}
+    assert set(DEFAULTS) - KEYS == {"betas", "rank", "world_size", "master_addr", "master_port", "plugin"}
 
 
 def test_default_gspo_clip_is_the_papers_and_survives_json():

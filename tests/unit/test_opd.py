@@ -252,8 +252,9 @@ def test_opd_options_matter_to_a_restore_of_opd_and_luffy_runs_only():
 
 
 def test_learner_settings_and_defaults_name_opd():
-    from rti_actors.config import ALGORITHMS, learner_settings
-    assert "opd" in ALGORITHMS
+    from rti_actors.algorithms import algorithm_names
+    from rti_actors.config import learner_settings
+    assert "opd" in algorithm_names()
     assert learner_settings(RTIConfig().training(algorithm="opd"))["algorithm"] == "opd"
     te = RTIConfig()["teacher"]
     assert te["reward_weight"] == 0.0 and te["model"] is None and te["endpoint"] is None

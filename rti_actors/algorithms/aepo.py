@@ -1,0 +1,38 @@
+"""AEPO: each group grown as a tree at the tool calls where the policy was unsure, within
+the group budget (``rti_actors.aepo``); the loss weighs advantages by token entropy and
+keeps a gradient where the clip would drop it."""
+
+from __future__ import annotations
+
+from rti_actors.aepo import AepoSettings, EntropyBalancedRollout
+from rti_actors.algorithms.base import AlgorithmPlugin
+from rti_actors.config import aepo_problems
+from rti_actors.losses import aepo_loss
+
+
+class AEPO(AlgorithmPlugin):
+    name = "aepo"
+    with_entropy = True  # from the same logits as the log-probs
+    loss_stats = ("entropy_sum", "preserved")  # the loss tokens' entropy, and where the clip kept a gradient
+
+    @staticmethod
+    def loss(logp, batch, settings, normaliser, entropy=None):
+        return aepo_loss(logp, batch["blp"], batch["adv"], batch["tw"], batch["mask"], entropy,
+                         clip_eps=settings["clip_eps"], advantage_weight=settings["aepo_advantage_weight"],
+                         entropy_clip=settings["aepo_entropy_clip"], num_tokens=normaliser, seq=batch["seq"])
+
+    @classmethod
+    def validate(cls, config, ok) -> list[str]:
+        if ok("aepo", "initial_rollouts") and ok("training", "group_size", "max_policy_lag"):
+            return aepo_problems(config["aepo"], config["training"])
+        return []
+
+    def setup(self, driver) -> None:
+        settings = AepoSettings.from_config(self.config, len(driver.renderer.tokenizer))
+        self.brancher = EntropyBalancedRollout(settings, lambda specs: driver.play(specs), driver.play_branches)
+
+    def sample(self, driver) -> tuple[list, object, dict]:
+        # global rollouts, then branches in rounds: never launched ahead of the update
+        tasks = driver.pick_tasks(self.config["training"]["tasks_per_iteration"])
+        trajectories, metrics = self.brancher.rollout(tasks, driver.iteration)
+        return trajectories, None, metrics

@@ -1,0 +1,86 @@
+"""On-policy distillation: each token's advantage is its negated reverse KL to a teacher,
+scored on the student's own tokens (``rti_actors.opd``); GRPO's loss trains it."""
+
+from __future__ import annotations
+
+from envs.openai_client import OpenAIChatClient
+from policies.models import context_length, load_model
+from rti_actors.algorithms.grpo import GRPO
+from rti_actors.build import await_started
+from rti_actors.config import ConfigError, distillation_teacher_problems
+from rti_actors.opd import (
+    Distiller,
+    EndpointTeacher,
+    EngineTeacher,
+    check_endpoint_tokenizer,
+    check_teacher_tokenizer,
+)
+
+
+class OPD(GRPO):
+    name = "opd"
+
+    @classmethod
+    def validate(cls, config, ok) -> list[str]:
+        if ok("teacher", "model", "endpoint", "endpoint_api_key_env"):
+            return distillation_teacher_problems(config["teacher"])
+        return []
+
+    @classmethod
+    def extra_engines(cls, config) -> int:
+        return int(config["teacher"]["model"] is not None)
+
+    def prepare(self, renderer) -> list[str]:
+        self.teacher = resolve_teacher(self.config, renderer.tokenizer)
+        return [self.teacher] if isinstance(self.teacher, str) else []
+
+    def start_actors(self, graph) -> dict[str, list]:
+        p, teacher = self.config["policy"], self.teacher
+        if isinstance(teacher, str):  # a model folder: an engine of its own
+            engine = graph.extra_engines.get(teacher)
+            await_started({f"engine for {teacher}": engine}, self.config["fault_tolerance"]["start_timeout_s"])
+            teacher = EngineTeacher([engine])
+        # the KL's temperature, the same on both sides: the rollout's for a model teacher; an
+        # endpoint's prompt log-probs are the model's own distribution (temperature 1)
+        kl_temperature = EndpointTeacher.temperature if isinstance(teacher, EndpointTeacher) else p["temperature"]
+        self.distiller = Distiller(graph.engines, teacher, kl_temperature, self.config["teacher"]["reward_weight"],
+                                   p["max_model_len"])
+        return {}
+
+    def advantages(self, driver, groups: list) -> dict:
+        super().advantages(driver, groups)
+        with driver.timed("distill"):
+            return self.distiller.apply(groups)
+
+
+def resolve_teacher(c, tokenizer):
+    """The teacher, checked before any actor starts: the resolved folder of a teacher model
+    (its tokenizer must be the policy's, its context at least max_model_len), or an
+    ``EndpointTeacher`` whose server is reachable and reads the policy's token ids as the
+    policy does."""
+    from transformers import AutoTokenizer
+
+    te, p = c["teacher"], c["policy"]
+    policy_text = f"policy(model={p['model']!r})"
+    if te["endpoint"] is not None:
+        client = OpenAIChatClient(te["endpoint"], te["endpoint_model"], api_key_env=te["endpoint_api_key_env"],
+                                  timeout=120.0, purpose="teacher endpoint")
+        text = f"teacher(endpoint={te['endpoint']!r})"
+        try:
+            client.check()
+        except ValueError as e:
+            raise ConfigError(f"{text}: {e}; start it or give teacher(model=...)") from None
+        check_endpoint_tokenizer(client, tokenizer, text, policy_text)
+        return EndpointTeacher(client)
+    text = f"teacher(model={str(te['model'])!r})"
+    try:
+        path = load_model(str(te["model"]))
+    except (ValueError, RuntimeError) as e:
+        raise ConfigError(f"{text}: {e}") from None
+    check_teacher_tokenizer(tokenizer, AutoTokenizer.from_pretrained(path), text, policy_text)
+    positions = context_length(path)
+    if positions is not None and p["max_model_len"] > positions:
+        raise ConfigError(f"{text} has {positions} positions but scores whole trajectories of up to "
+                          f"policy(max_model_len={p['max_model_len']}) tokens: use a teacher with a longer context or "
+                          f"set max_model_len <= {positions}")
+    return path
