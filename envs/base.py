@@ -270,6 +270,7 @@ class ToolEnv(gym.Env):
         self.task = self.load_task(task_id)
         self._tools = {t.name: t for t in self.task.tools}
         self.turns = 0
+        self.unparsable_turns = 0
         self.done = False
         self._call_counter = 0
         self.actions = []
@@ -297,6 +298,7 @@ class ToolEnv(gym.Env):
         new: list[dict] = []
         episode_over = False
         if turn["parse_error"]:
+            self.unparsable_turns += 1
             new.append(self._error_message(f"Error: could not parse your tool call: {turn['parse_error']}. "
                                            'Write each call as <tool_call>{"name": ..., "arguments": {...}}</tool_call>.'))
         if turn["tool_calls"]:
@@ -317,6 +319,7 @@ class ToolEnv(gym.Env):
             reward, breakdown = self.compute_reward()
             info["reward_breakdown"] = breakdown
         info["turns"] = self.turns
+        info["unparsable_turns"] = self.unparsable_turns  # a policy losing the call format shows here first
         value = finite_number(reward)
         if value is None:  # a grader bug, not the agent's failure: the runner never scores it
             raise ValueError(f"{type(self).__name__}.compute_reward returned {reprlib.repr(reward)}; a reward must "

@@ -28,12 +28,13 @@ import ray
 from rti_actors.build import build_graph, rollout_sampling
 from rti_actors.checkpoints import atomic_dir, config_changes, periodic, periodic_path, prune, resolve, verify
 from rti_actors.config import ConfigError, RTIConfig
-from rti_actors.demonstrations import from_trajectory, reaching, read_jsonl, to_sample, write_jsonl
+from rti_actors.evaluation import evaluate
 from rti_actors.faults import ActorMonitor, died
 from rti_actors.groups import all_failed, is_learnable, scored_groups
-from rti_actors.metrics import format_table, summarize
-from rti_actors.reporting import Reporter
+from rti_actors.metrics import mean
+from rti_actors.reporting import Reporter, progress_bar
 from rti_actors.trajectory import EpisodeSpec, Trajectory, learner_sample
+from rti_actors.warm_start import WarmStart
 
 log = logging.getLogger("rti_actors")
 
@@ -66,7 +67,7 @@ class Algorithm:
         self.iteration = 0
         self.version = 0
         self.learner_step = 0  # the learner's optimiser steps, to count what a learner crash lost
-        self.sft_progress: dict = {}  # the warm start's steps done and planned, saved with each checkpoint
+        self.warm_start = WarmStart(self)  # its steps done and planned are saved with each checkpoint
         self.monitor = ActorMonitor(g.kinds())
         self.redone: Counter = Counter()  # what the driver redid after a crash (faults/...)
         self._last_save: Path | None = None  # where a crashed learner is rebuilt from
@@ -88,7 +89,7 @@ class Algorithm:
         extra, joined = plugin.extra_trajectories(self, launch)  # off-policy: a teacher's traces
         groups, faults = scored_groups(trajectories + extra)  # an episode the env failed is never scored
         # the policy's own Pass@G, before any trace it did not sample joins (RTI's fixes, a teacher's)
-        pre_pass_at_g = _mean([max((tr.reward for tr in g if not tr.off_policy), default=0.0) >= 1.0 for g in groups])
+        pre_pass_at_g = mean([max((tr.reward for tr in g if not tr.off_policy), default=0.0) >= 1.0 for g in groups])
         groups, transformed = plugin.transform_groups(self, groups)
         advantaged = plugin.advantages(self, groups)
         with self.timed("learn"):
@@ -128,115 +129,19 @@ class Algorithm:
     def evaluate(self, split: str | None = None, num_tasks: int | None = None, method: str | None = None,
                  record_path: str | os.PathLike | None = None, num_samples: int | None = None,
                  temperature: float | None = None, task_ids: list[str] | None = None) -> dict:
-        """n rollouts per task, no learning, no intervention; Pass@k / Pass^k summary.
-        ``record_path``: append every rollout to this JSONL as demonstration records (with
-        their rewards; ``pretrain_sft`` keeps those at or above ``sft(min_reward=...)``).
-        ``num_samples`` / ``temperature`` override ``evaluation(...)`` for this call (e.g. a
-        greedy pass beside the sampled one). ``task_ids``: these tasks of the split instead
-        of its first ``num_tasks``. An episode's seeds come from its task, its sample index and
-        the run's seed, not from the call that plays it, so a slice evaluated in parts samples
-        what one call would (``metrics.merge_summaries`` joins the parts' summaries)."""
-        e = dict(self.config["evaluation"])
-        e.update({k: v for k, v in (("num_samples", num_samples), ("temperature", temperature)) if v is not None})
-        split = split or e["split"]
-        ids = self.task_ids(split)
-        if task_ids is not None:
-            unknown = sorted(set(task_ids) - set(ids))
-            if unknown:
-                raise ValueError(f"task_ids: {unknown[:5]} are not tasks of split {split!r} (algo.task_ids({split!r}) "
-                                 "lists them)")
-            ids = list(task_ids)
-        else:
-            n_tasks = num_tasks if num_tasks is not None else e["num_tasks"]
-            ids = ids[:n_tasks] if n_tasks else ids
-        specs = [EpisodeSpec(tid, j, self.config["debugging"]["seed"], f"eval-{self.iteration}", split)
-                 for tid in ids for j in range(e["num_samples"])]
-        sampling = self._sampling(temperature=e["temperature"])
-        t0 = time.perf_counter()
-        trajectories = self._sample(specs, sampling)
-        env = self.config["environment"]["env"]
-        env_name = env if isinstance(env, str) else "custom"
-        if record_path is not None:
-            write_jsonl(record_path, [from_trajectory(t, env_name, source=f"policy-v{self.version}")
-                                      for t in trajectories if not t.infra_error], append=True)
-        # a task whose environment failed in one of its rollouts is left out (never scored 0):
-        # Pass@k needs the same n rollouts of every task
-        failed_env = {tr.task_id for tr in trajectories if tr.infra_error}
-        trajectories = [tr for tr in trajectories if tr.task_id not in failed_env]
-        successes: dict[str, list[bool]] = {}
-        for tr in trajectories:
-            successes.setdefault(tr.task_id, []).append(tr.reward >= 1.0)
-        summary = summarize(successes)
-        summary["tasks_left_out_infra"] = len(failed_env)
-        # partial credit (the env contract's progress key): what a 0/1 reward hides, e.g.
-        # after a warm start on a weak model
-        if any("progress" in tr.reward_breakdown for tr in trajectories):
-            summary["mean_progress"] = _mean([tr.progress for tr in trajectories])
-        label = method or f"{self.config['training']['algorithm']} (iter {self.iteration})"
-        summary["table"] = format_table({label: {env_name: summary}})
-        summary["seconds"] = time.perf_counter() - t0
-        summary["split"] = split
-        self.reporter.log("eval", self.iteration, {k: v for k, v in summary.items() if k != "table"})
-        return summary
+        """n rollouts per task, no learning, no intervention; Pass@k / Pass^k summary
+        (``rti_actors.evaluation.evaluate`` says what each option does)."""
+        return evaluate(self, split, num_tasks, method, record_path, num_samples, temperature, task_ids)
 
     def pretrain_sft(self, demonstrations) -> dict:
-        """Supervised warm start: cross-entropy on the assistant tokens of demonstrations (a
-        JSONL path or a list of records, see ``rti_actors.demonstrations``), through the
-        same renderer, learner and checkpoints as RL; then the engines get the new weights.
-        Settings: ``.sft(lr, epochs, batch_size, min_reward, reset_optimizer, checkpoint_every)``.
+        """Supervised warm start on demonstrations (a JSONL path or a list of records), with
+        ``.sft(...)``'s settings; then the engines get the new weights
+        (``rti_actors.warm_start.WarmStart.run``)."""
+        return self.warm_start.run(demonstrations)
 
-        A run resumed from a checkpoint the warm start wrote (``sft(checkpoint_every=N)``)
-        continues it at the next step, in the same order; from a checkpoint after it, it
-        trains nothing. Either way the demonstrations must be the ones it started with."""
-        s, max_len = self.config["sft"], self.config["policy"]["max_model_len"]
-        t0 = time.perf_counter()
-        records = reaching(read_jsonl(demonstrations) if isinstance(demonstrations, (str, os.PathLike))
-                           else list(demonstrations), s["min_reward"])
-        samples = [to_sample(self.renderer, r) for r in records]
-        too_long = sum(len(x["ids"]) > max_len for x in samples)
-        kept = [r for r, x in zip(records, samples) if len(x["ids"]) <= max_len]
-        samples = [{k: v for k, v in x.items() if k != "messages"} for x in samples if len(x["ids"]) <= max_len]
-        if not samples:
-            raise ValueError(f"no demonstration to train on: {len(records)} passed min_reward={s['min_reward']}, "
-                             f"{too_long} of them longer than max_model_len={max_len}")
-        # Each epoch's order comes from the seed and the epoch alone, so a resumed warm start
-        # takes the same batches as the run it continues.
-        seed = self.config["debugging"]["seed"]
-        steps = [(epoch, order[i:i + s["batch_size"]]) for epoch in range(s["epochs"])
-                 for order in [np.random.default_rng((seed, epoch)).permutation(len(samples))]
-                 for i in range(0, len(samples), s["batch_size"])]
-        plan = {"steps": len(steps), "demonstrations": len(samples), "tokens": sum(len(x["ids"]) for x in samples)}
-        done = self.sft_progress.get("done", 0)
-        if done and {k: self.sft_progress.get(k) for k in plan} != plan:
-            raise ValueError(f"this run was warm-started on other demonstrations ({self.sft_progress}, now {plan}): "
-                             "resume it with the same ones, or start a new run")
-        if done == 0:
-            write_jsonl(self.run_dir / "demonstrations.jsonl", kept, append=True)  # what is trained on
-        losses, tokens = [], 0
-        bar = _progress(len(steps) - done, self.interactive, "sft")
-        for k in range(done, len(steps)):
-            epoch, order = steps[k]
-            m = self.learner.update([samples[j] for j in order], "sft", s["lr"])
-            self.learner_step = m["step"]
-            m["epoch"] = epoch
-            self.reporter.log("sft", m["step"], m)
-            losses.append(m["loss"])
-            tokens += m["num_tokens"]
-            bar.update(1)
-            self.sft_progress = {**plan, "done": k + 1}
-            if k + 1 == len(steps):
-                if s["reset_optimizer"]:
-                    self.learner.reset_optimizer_state()
-                self._publish()
-            if s["checkpoint_every"] and ((k + 1) % s["checkpoint_every"] == 0 or k + 1 == len(steps)):
-                self.save(periodic_path(self.run_dir, self.iteration, sft_step=k + 1))
-                prune(self.run_dir, self.config["checkpointing"]["keep"])
-        bar.close()
-        return {"num_demonstrations": len(samples), "skipped_too_long": too_long, "epochs": s["epochs"],
-                "steps": len(losses), "resumed_at_step": done, "loss_first": losses[0] if losses else None,
-                "loss_last": losses[-1] if losses else None,
-                "loss_last_epoch": float(np.mean(losses[-max(1, len(steps) // s["epochs"]):])) if losses else None,
-                "trained_tokens": int(tokens), "seconds": time.perf_counter() - t0, "policy_version": self.version}
+    @property
+    def sft_progress(self) -> dict:
+        return self.warm_start.progress
 
     # ---- checkpoints ----------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> str:
@@ -293,7 +198,7 @@ class Algorithm:
             raise
         self._last_save = path
         self.iteration, self.rng.bit_generator.state = state["iteration"], state["rng"]
-        self.sft_progress = state.get("sft", {})
+        self.warm_start.progress = state.get("sft", {})
         self.plugin.apply_state(plugin_state)
         if self._next is not None:  # rollouts launched before the restore: drawn from the old state
             self._collect(self._next)
@@ -386,7 +291,7 @@ class Algorithm:
         n = len(self.runners)
         results: list[Trajectory] = []
         retries = self.config["fault_tolerance"]["max_restarts"] + 1
-        bar = _progress(len(specs), self.interactive, "rollouts")
+        bar = progress_bar(len(specs), self.interactive, "rollouts")
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
             ref = done[0]
@@ -550,14 +455,16 @@ class Algorithm:
         stats = ray.get(self.queue.get_stats.remote())
         return {
             "iteration": self.iteration, "policy_version": self.version,
-            "reward_mean": _mean(rewards), "success_rate": _mean([r >= 1.0 for r in rewards]),
+            "reward_mean": mean(rewards), "success_rate": mean([r >= 1.0 for r in rewards]),
             "num_episodes": len(trajectories), "num_groups": len(groups),
-            "frac_zero_variance_groups": _mean([not is_learnable(g) for g in groups]),
-            "frac_all_fail_groups": _mean([all_failed(g) for g in groups]),
-            "pass_at_G": _mean([max(t.reward for t in g) >= 1.0 for g in groups]),
+            "frac_zero_variance_groups": mean([not is_learnable(g) for g in groups]),
+            "frac_all_fail_groups": mean([all_failed(g) for g in groups]),
+            "pass_at_G": mean([max(t.reward for t in g) >= 1.0 for g in groups]),
             "gen_tokens": int(sum(t.gen_tokens for t in trajectories)),
-            "turns_mean": _mean([t.num_turns for t in trajectories]),
-            "frac_context_truncated": _mean([t.context_truncated for t in trajectories]),
+            "turns_mean": mean([t.num_turns for t in trajectories]),
+            "frac_turns_unparsable": (sum(t.info.get("unparsable_turns", 0) for t in trajectories)
+                                      / max(1, sum(t.num_turns for t in trajectories))),
+            "frac_context_truncated": mean([t.context_truncated for t in trajectories]),
             "seconds": {k: round(v, 3) for k, v in times.items()}, "learner": learn, "queue": stats,
         }
 
@@ -572,27 +479,8 @@ class _Launch:
     version: int  # the driver's weights version at launch: no turn may come from older ones
 
 
-def _mean(values) -> float:
-    return float(np.mean(values)) if len(values) else float("nan")
-
-
 @contextmanager
 def _timed(times: dict, name: str):
     t = time.perf_counter()
     yield
     times[name] = times.get(name, 0.0) + time.perf_counter() - t
-
-
-class _NoBar:
-    def update(self, n):
-        pass
-
-    def close(self):
-        pass
-
-
-def _progress(total: int, interactive: bool, desc: str):
-    if not interactive:
-        return _NoBar()
-    from tqdm import tqdm
-    return tqdm(total=total, desc=desc, leave=False)

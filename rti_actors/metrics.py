@@ -12,6 +12,11 @@ import math
 from math import comb
 
 
+def mean(values) -> float:
+    """The mean, NaN for no values (a metric of an empty iteration, not an error)."""
+    return sum(values) / len(values) if len(values) else float("nan")
+
+
 def pass_at_k(n: int, c: int, k: int) -> float:
     if not 0 <= c <= n or not 1 <= k <= n:
         raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n} c={c} k={k}")

@@ -156,3 +156,19 @@ def sft_line(s: dict) -> str:
         return head + f"nothing left to train{resumed}"
     return (head + f"{s['steps']} steps{resumed}, loss {s['loss_first']:.3f} -> {s['loss_last_epoch']:.3f}, "
             f"{s['seconds']:.0f} s")
+
+
+class _NoBar:
+    def update(self, n):
+        pass
+
+    def close(self):
+        pass
+
+
+def progress_bar(total: int, interactive: bool, desc: str):
+    """A tqdm bar on an interactive terminal, nothing otherwise (logs stay clean)."""
+    if not interactive:
+        return _NoBar()
+    from tqdm import tqdm
+    return tqdm(total=total, desc=desc, leave=False)

@@ -92,8 +92,12 @@ def test_bad_calls_are_error_observations_and_running_out_of_turns_is_truncation
     env.reset(options={"task_id": task(env, 1)})
     obs, reward, terminated, truncated, _ = env.step(call("P000"))
     assert "no person has the id" in obs[0]["content"] and not (terminated or truncated)
-    obs, reward, terminated, truncated, _ = env.step('<tool_call>{"name": "get_person", "arguments": {}}</tool_call>')
+    obs, reward, terminated, truncated, info = env.step('<tool_call>{"name": "get_person", "arguments": {}}</tool_call>')
     assert "invalid arguments" in obs[0]["content"] and truncated and reward == 0.0
+    assert info["unparsable_turns"] == 0  # a call with bad arguments still parsed
+    env.reset(options={"task_id": task(env, 1)})
+    obs, _, _, _, info = env.step('<tool_call>{"name": "get_person", "arguments": {"id": "P1"}}')
+    assert "could not parse" in obs[0]["content"] and info["unparsable_turns"] == 1 and info["turns"] == 1
 
 
 def _rules_fix(env, tid, turns):
