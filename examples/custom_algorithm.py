@@ -12,7 +12,7 @@ else (rollouts, replay, publishing, checkpoints) is the shared loop's.
     python examples/custom_algorithm.py --iterations 6 --eval-tiers 1
     ray job submit --working-dir . -- python examples/custom_algorithm.py
 
-Results to expect (about 4 minutes on 2 cores): one metrics line per iteration, as
+Results to expect (under 10 minutes on 2 cores): one metrics line per iteration, as
 ``examples/lookup.py --quick`` prints them, with the success rate of the policy's own tier-1
 rollouts rising from about 0.3, and a learner loss on the Dr. GRPO scale (larger in size
 than GRPO's, since unnormalised advantages are larger on mixed groups). Every option of
