@@ -106,12 +106,35 @@ def report(out: Path, arms: dict, seeds, groups: dict) -> dict:
     (out / "calibration.md").write_text(calibration(arms_dir / "calibration") + "\n")
     (out / "heldout.md").write_text("\n".join(held) + "\n")
     (out / "training.md").write_text("| arm | seeds | success rate of the policy's own rollouts per iteration (mean over seeds) |\n"
-                                     "|---|---|---|\n" + "\n".join(training) + "\n")
+                                     "|---|---|---|\n" + "\n".join(training) + "\n" + funnel(results))
     (out / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
     plot(out, results, groups)
     print((out / "calibration.md").read_text(), (out / "heldout.md").read_text(), (out / "training.md").read_text(),
           sep="\n")
     return results
+
+
+FUNNEL = (("triggered", "rti/triggered_groups"), ("error found", "rti/validator_found_error"),
+          ("accepted", "rti/accepted"), ("continued", "rti/continued"), ("succeeded", "rti/continuation_success"),
+          ("learnable before", "rti/frac_learnable_before"), ("learnable after", "rti/frac_learnable_after"),
+          ("PPL of accepted fixes", "rti/mean_ppl_accepted"))
+
+
+def funnel(results: dict) -> str:
+    """RTI's funnel per iteration of every RTI arm and seed: groups intervened on, what each
+    stage kept, the share of learnable groups before and after, the accepted fixes' PPL."""
+    out = []
+    for arm, entry in results["arms"].items():
+        for seed, run in entry["seeds"].items():
+            if not run["rti"]:
+                continue
+            out += [f"\n{arm}, seed {seed}, per iteration:\n", "| iteration | " + " | ".join(n for n, _ in FUNNEL) + " |",
+                    "|---" * (1 + len(FUNNEL)) + "|"]
+            for i, m in enumerate(run["rti"], 1):
+                cells = [m.get(k) for _, k in FUNNEL]
+                out.append(f"| {i} | " + " | ".join("-" if v is None else f"{v:.2f}" if isinstance(v, float) else str(v)
+                                                  for v in cells) + " |")
+    return "\n".join(out) + ("\n" if out else "")
 
 
 def plot(out: Path, results: dict, groups: dict) -> None:

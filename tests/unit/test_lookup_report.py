@@ -58,3 +58,15 @@ def test_report_writes_tables_results_and_picture(tmp_path):
     assert pooled["p@1"] == pytest.approx(0.75) and pooled["rollouts"] == 8  # 2 seeds x 2 tasks x 2
     assert results["arms"]["grpo-easy"]["seeds"][1]["success_rate"] == pytest.approx([0.25, 0.5, 0.75])
     assert (tmp_path / "curves.png").stat().st_size > 10_000
+
+
+def test_funnel_lists_each_rti_iteration_and_skips_arms_without_interventions():
+    results = {"arms": {"grpo-hard": {"seeds": {0: {"rti": []}}},
+                        "rti-rules-hard": {"seeds": {0: {"rti": [
+                            {"rti/triggered_groups": 8, "rti/validator_found_error": 32, "rti/accepted": 16,
+                             "rti/continued": 16, "rti/continuation_success": 6, "rti/frac_learnable_before": 0.0,
+                             "rti/frac_learnable_after": 0.625, "rti/mean_ppl_accepted": 1.17}]}}}}}
+    text = lookup_report.funnel(results)
+    assert "rti-rules-hard, seed 0" in text and "grpo-hard" not in text
+    assert "| 1 | 8 | 32 | 16 | 16 | 6 | 0.00 | 0.62 | 1.17 |" in text
+    assert lookup_report.funnel({"arms": {}}) == ""
