@@ -22,7 +22,9 @@ _registry: dict[str, type[AlgorithmPlugin]] = {}
 
 def register_algorithm(plugin: type[AlgorithmPlugin], overwrite: bool = False) -> type[AlgorithmPlugin]:
     """Make ``plugin`` selectable as ``training(algorithm=plugin.name)``; returns it, so it
-    can decorate the class. A name already taken is refused unless ``overwrite``."""
+    can decorate the class. A name already taken is refused unless ``overwrite``, or unless
+    it is taken by the same class defined again (a script imported twice, a notebook cell
+    run again): that re-definition replaces the old one."""
     if not (isinstance(plugin, type) and issubclass(plugin, AlgorithmPlugin)):
         raise TypeError(f"register_algorithm takes an AlgorithmPlugin subclass, got {plugin!r}")
     name = plugin.name
@@ -32,7 +34,8 @@ def register_algorithm(plugin: type[AlgorithmPlugin], overwrite: bool = False) -
     if plugin.normaliser not in ("tokens", "sequences"):
         raise ValueError(f"{plugin.__name__}.normaliser must be 'tokens' or 'sequences', got {plugin.normaliser!r}")
     taken = _registry.get(name) or (name in BUILTIN and get_algorithm(name))
-    if taken and taken is not plugin and not overwrite:
+    redefined = taken and (taken.__module__, taken.__qualname__) == (plugin.__module__, plugin.__qualname__)
+    if taken and taken is not plugin and not (overwrite or redefined):
         raise ValueError(f"algorithm {name!r} is already registered ({taken.__module__}.{taken.__name__}); choose "
                          "another name, or pass overwrite=True to replace it")
     _registry[name] = plugin

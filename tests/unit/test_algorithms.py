@@ -23,12 +23,16 @@ def registry(monkeypatch):
     return algorithms
 
 
-@pytest.fixture(scope="module")
-def custom_example():
+def _load_example():
     spec = importlib.util.spec_from_file_location("custom_algorithm", REPO / "examples" / "custom_algorithm.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)  # registers "dr-grpo"
     return module
+
+
+@pytest.fixture(scope="module")
+def custom_example():
+    return _load_example()
 
 
 def _config(algorithm: str) -> RTIConfig:
@@ -66,6 +70,13 @@ def test_registering_checks_the_class_and_refuses_a_taken_name(registry):
             register_algorithm(type("Bad", (AlgorithmPlugin,), {"name": bad}))
     with pytest.raises(ValueError, match="'tokens' or 'sequences'"):
         register_algorithm(type("Bad", (AlgorithmPlugin,), {"name": "bad", "normaliser": "rows"}))
+
+
+def test_a_script_imported_twice_registers_its_method_again(registry):
+    """The integration test imports examples/custom_algorithm.py by name and this module by
+    path: the second definition of the same class replaces the first instead of failing."""
+    first, second = (_load_example() for _ in range(2))
+    assert first.DrGRPO is not second.DrGRPO and get_algorithm("dr-grpo") is second.DrGRPO
 
 
 def test_the_config_takes_a_registered_name_only(registry):
