@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import psutil  # noqa: E402
 
 from rti_actors.algorithms import algorithm_names  # noqa: E402
-from rti_actors.cli import add_teacher_args, teacher_options  # noqa: E402
+from rti_actors.cli import add_opd_args, opd_options  # noqa: E402
 
 
 class PeakMemory(threading.Thread):
@@ -57,7 +57,7 @@ def main():
     ap.add_argument("--env", default="Navigation-v0")
     ap.add_argument("--env-config", default='{"max_turns": 4, "max_tool_output_chars": 1500}')
     ap.add_argument("--algorithm", default="grpo", choices=algorithm_names())
-    add_teacher_args(ap)
+    add_opd_args(ap)
     ap.add_argument("--roles", default="self")
     ap.add_argument("--verifier-llm", type=int, default=1)
     ap.add_argument("--ppl-threshold", type=float, default=5.0)
@@ -87,7 +87,7 @@ def main():
             .interventions(roles=args.roles, verifier_llm=bool(args.verifier_llm), ppl_threshold=args.ppl_threshold)
             # LUFFY's teacher is the env's oracle, given the turns it needs; OPD's a model or an
             # endpoint (--teacher-*); the other algorithms read neither
-            .teacher(source="oracle", max_turns=30, **teacher_options(args))
+            .luffy(source="oracle", max_turns=30).opd(**opd_options(args))
             .reporting(run_name=f"bench-{name}-{int(time.time())}", tensorboard=False, plot=False).build())
     build_s = time.perf_counter() - t0
     rows = []

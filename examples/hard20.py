@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from envs import make_env  # noqa: E402
 from rti_actors import RTIConfig  # noqa: E402
-from rti_actors.cli import add_teacher_args, teacher_options  # noqa: E402
+from rti_actors.cli import add_opd_args, opd_options  # noqa: E402
 from rti_actors.demonstrations import record_agent  # noqa: E402
 from rti_actors.metrics import format_table  # noqa: E402
 from rti_actors.reporting import progress_line, sft_line  # noqa: E402
@@ -69,7 +69,7 @@ def build_config(a) -> RTIConfig:
                       lr=a.lr)
             .interventions(roles=a.roles, ppl_threshold=a.ppl_threshold, eps_cal=a.eps_cal)
             # OPD (--algorithm opd): a model or an endpoint scores the policy's own tokens
-            .teacher(**teacher_options(a))
+            .opd(**opd_options(a))
             .learners(backend="deepspeed", zero_stage=a.zero_stage, num_gpus_per_learner=1 if a.gpu else 0,
                       dtype="bfloat16" if a.gpu else None)
             .sft(lr=a.sft_lr, epochs=a.sft_epochs)
@@ -83,7 +83,7 @@ def parse_args(argv=None):
                     help="luffy: Hard20's scripted oracle is the teacher; opd: a teacher (--teacher-model or "
                          "--teacher-endpoint) scores the policy's tokens; aepo: groups branch at uncertain tool "
                          "calls, entropy-balanced loss (docs/ALGORITHM.md)")
-    add_teacher_args(ap)
+    add_opd_args(ap)
     ap.add_argument("--env", default="Hard20-v0", choices=["Hard20-v0", "ClawEval-v0"],
                     help="ClawEval-v0: Claw-Eval's own hard20 tasks from your copy, graded by their own graders "
                          "(docs/CLAW_EVAL.md)")

@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from envs import make_env  # noqa: E402
 from rti_actors import RTIConfig  # noqa: E402
-from rti_actors.cli import add_teacher_args, teacher_options  # noqa: E402
+from rti_actors.cli import add_opd_args, opd_options  # noqa: E402
 from rti_actors.demonstrations import record_agent  # noqa: E402
 from rti_actors.metrics import format_table  # noqa: E402
 from rti_actors.reporting import progress_line, sft_line  # noqa: E402
@@ -69,7 +69,7 @@ def build_config(args) -> RTIConfig:
             # LUFFY (--algorithm luffy): the env's oracle is the teacher; it needs more turns than
             # the policy gets (11 to 23), as the warm start's demonstrations do. OPD (--algorithm
             # opd): a model or an endpoint scores the policy's own tokens
-            .teacher(source="oracle", max_turns=30, **teacher_options(args))
+            .luffy(source="oracle", max_turns=30).opd(**opd_options(args))
             .sft(lr=args.sft_lr, epochs=args.sft_epochs, batch_size=args.sft_batch_size,
                  checkpoint_every=args.sft_checkpoint_every)
             .evaluation(num_samples=args.eval_samples, num_tasks=args.eval_tasks, temperature=args.eval_temperature)
@@ -82,7 +82,7 @@ def main(argv=None):
                     help="luffy: the Navigation oracle's traces join each group; opd: a teacher (--teacher-model or "
                          "--teacher-endpoint) scores the policy's tokens; aepo: groups branch at uncertain tool "
                          "calls, entropy-balanced loss (docs/ALGORITHM.md)")
-    add_teacher_args(ap)
+    add_opd_args(ap)
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--engine", default="vllm", choices=["vllm", "hf"])
     ap.add_argument("--language", default="zh", choices=["zh", "en"])

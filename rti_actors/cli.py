@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-def add_teacher_args(ap) -> None:
+def add_opd_args(ap) -> None:
     """OPD's teacher: a model folder or an OpenAI-compatible endpoint, and the reward's weight."""
     ap.add_argument("--teacher-model", default=None, metavar="DIR",
                     help="opd: the teacher, a model folder (or built-in name) with the policy's tokenizer")
@@ -15,7 +15,7 @@ def add_teacher_args(ap) -> None:
                     help="opd: weight of the env reward's advantage beside the reverse KL (0: pure distillation)")
 
 
-def teacher_options(args) -> dict:
-    """The ``teacher(...)`` settings of ``add_teacher_args``'s options."""
+def opd_options(args) -> dict:
+    """The ``opd(...)`` settings of ``add_opd_args``'s options."""
     return {"model": args.teacher_model, "endpoint": args.teacher_endpoint,
             "endpoint_model": args.teacher_endpoint_model, "reward_weight": args.opd_reward_weight}

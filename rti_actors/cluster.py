@@ -28,10 +28,14 @@ from __future__ import annotations
 import os
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import ray
 
-from rti_actors.config import ConfigError, RTIConfig
+from rti_actors.options import ConfigError
+
+if TYPE_CHECKING:  # the builder sits above the graph it starts
+    from rti_actors.config import RTIConfig
 
 
 def cluster_resources(log_level: str = "WARNING") -> dict[str, float]:

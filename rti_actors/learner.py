@@ -39,23 +39,25 @@ import psutil
 import ray
 import torch
 
+from policies.models import cache_dir
 from rti_actors.algorithms import AlgorithmPlugin, get_algorithm
 from rti_actors.batch_layout import Attend, Layout, PrefixKV, Row, Segment, has_sliding_window, plan, register
 from rti_actors.checkpoints import check_pickles
-from rti_actors.config import OFFLOADS, RTIConfig, gspo_clip_pair, learner_settings
 from rti_actors.faults import Restartable
 from rti_actors.lora import apply_lora, base_parameters, check_lora, lora_settings, merged_weights
 from rti_actors.losses import add_stats, finish_stats, masked_token_logprobs, sft_loss
+from rti_actors.options import DEFAULTS as OPTION_DEFAULTS
+from rti_actors.options import OFFLOADS, gspo_clip_pair, learner_settings
 from rti_actors.plan import ModelShape, model_state_bytes
 from rti_actors.trajectory import LearnerSample
 from rti_actors.weight_sync import free_address, host_store, init_group, send
 
-# The run config's learner defaults, taken from RTIConfig() so the two cannot drift apart:
+# The run config's learner defaults, taken from the options' defaults so the two cannot drift apart:
 # algorithm ("rti" trains with the grpo loss), gspo_clip_eps (low, high), temperature (the
 # rollout's), micro_batch_tokens (padded tokens, rows x longest row, per micro-batch), dtype
 # (None: bfloat16 on GPU, float32 on CPU), ... Then what only a learner process has.
 DEFAULTS = {
-    **learner_settings(RTIConfig()),
+    **learner_settings(OPTION_DEFAULTS),
     "betas": (0.9, 0.999),
     "rank": 0,
     "world_size": 1,
@@ -297,7 +299,6 @@ class Learner:
         # run, tens of seconds): keep the build in the project cache so later processes just
         # load it.
         if "TORCH_EXTENSIONS_DIR" not in os.environ:
-            from policies.models import cache_dir
             os.environ["TORCH_EXTENSIONS_DIR"] = str(cache_dir() / "torch_extensions")
         if cuda:
             # Under Ray each actor usually sees exactly one GPU, whatever its rank.

@@ -32,8 +32,8 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from rti_actors.config import ConfigError
 from rti_actors.learner import QueueLearner, check_samples, shard_by_tokens
+from rti_actors.options import ConfigError
 from rti_actors.weight_sync import free_address
 
 __all__ = ["LearnerGroup", "shard_by_tokens"]

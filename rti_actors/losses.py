@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import torch
 
-from rti_actors.config import DEFAULTS as _CONFIG_DEFAULTS
-from rti_actors.config import gspo_clip_pair
+from rti_actors.options import DEFAULTS as _CONFIG_DEFAULTS
+from rti_actors.options import gspo_clip_pair
 
 # The GSPO paper's (low, high) = (3e-4, 4e-4), read from the run config's default so that
 # a loss called without clip_eps and a learner built from RTIConfig() cannot disagree.
@@ -169,7 +169,7 @@ def gspo_loss(logp: torch.Tensor, behaviour_logp: torch.Tensor, advantages: torc
 
 # LUFFY's gamma (Yan et al., 2025, "Learning to Reason under Off-Policy Guidance"), read
 # from the run config's default like the GSPO clip above.
-LUFFY_GAMMA = _CONFIG_DEFAULTS["teacher"]["gamma"]
+LUFFY_GAMMA = _CONFIG_DEFAULTS["luffy"]["gamma"]
 
 
 def luffy_shaping(logp: torch.Tensor, gamma: float = LUFFY_GAMMA) -> torch.Tensor:

@@ -3,11 +3,11 @@
 A teacher trace is a ``Trajectory`` with ``off_policy=True``, made from a demonstration record
 (``rti_actors.demonstrations``) by the same ``to_sample`` the warm start uses, so its ids are
 what the policy's renderer makes of the messages and its loss mask covers the teacher's
-assistant turns only. Two sources (``teacher(source=...)``):
+assistant turns only. Two sources (``luffy(source=...)``):
 
     "oracle"     the env's scripted ``oracle_agent``, played on an env runner
-                 (``EnvRunner.teacher_traces``, within ``teacher(max_turns)``) and rendered there
-    <a path>     a demonstrations JSONL; records below ``teacher(min_reward)`` are dropped
+                 (``EnvRunner.teacher_traces``, within ``luffy(max_turns)``) and rendered there
+    <a path>     a demonstrations JSONL; records below ``luffy(min_reward)`` are dropped
 
 Each group gets ``traces_per_group`` of them in place of as many on-policy samples (LUFFY
 mixes 1 teacher trace with 7 rollouts in a group of 8); advantages are then computed over
@@ -23,8 +23,8 @@ import ray
 
 from envs.base import ToolEnv, play
 from rti_actors.algorithms import get_algorithm
-from rti_actors.config import ConfigError
 from rti_actors.demonstrations import read_jsonl, to_sample
+from rti_actors.options import ConfigError
 from rti_actors.trajectory import EpisodeSpec, Trajectory
 
 
@@ -76,7 +76,7 @@ class Teacher:
     the round number), so a restored run needs nothing saved for it."""
 
     def __init__(self, config, runners: list, renderer):
-        te = config["teacher"]
+        te = config["luffy"]
         self.k, self.min_reward, self.source = te["traces_per_group"], te["min_reward"], te["source"]
         self.max_turns = te["max_turns"]
         self.max_len = config["policy"]["max_model_len"]
@@ -87,10 +87,10 @@ class Teacher:
             try:
                 records = read_jsonl(Path(self.source).expanduser(), self.min_reward)
             except (OSError, ValueError) as e:
-                raise ConfigError(f"teacher(source={str(self.source)!r}): {e}") from None
+                raise ConfigError(f"luffy(source={str(self.source)!r}): {e}") from None
             if not records:
-                raise ConfigError(f"teacher(source={str(self.source)!r}) has no demonstration with reward >= "
-                                  f"teacher(min_reward={self.min_reward}): lower min_reward or record successful ones")
+                raise ConfigError(f"luffy(source={str(self.source)!r}) has no demonstration with reward >= "
+                                  f"luffy(min_reward={self.min_reward}): lower min_reward or record successful ones")
             self.records = {}
             for r in records:
                 self.records.setdefault(r.get("task_id"), []).append(r)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import ray
 
-from rti_actors.config import ConfigError
+from rti_actors.options import ConfigError
 from rti_actors.trajectory import Trajectory
 
 # ASCII only, so an endpoint's echoed token texts compare with the policy's decode exactly;

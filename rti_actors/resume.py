@@ -24,6 +24,8 @@ import os
 import shutil
 from pathlib import Path
 
+from rti_actors.checkpoints import periodic
+
 EVALUATIONS = "evaluations.json"
 
 
@@ -70,7 +72,6 @@ def evaluate_once(algo, label: str, **kwargs) -> dict:
 def keep_newest(run_dir: str | Path, dst: str | Path) -> str | None:
     """The run's newest complete checkpoint and its metrics.jsonl copied to ``dst``
     (replacing what was there, atomically); the checkpoint's name, or None when it has none."""
-    from rti_actors.checkpoints import periodic
 
     run_dir, dst = Path(run_dir), Path(dst)
     checkpoints = periodic(run_dir)

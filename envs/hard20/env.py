@@ -45,6 +45,7 @@ from __future__ import annotations
 import copy
 
 from envs.base import Task, ToolEnv
+from envs.hard20.agents import ScriptAgent
 from envs.hard20.grading import grade
 from envs.hard20.judge import make_judge
 from envs.hard20.kit import Outcome
@@ -104,7 +105,6 @@ class Hard20Env(ToolEnv):
         return self.task.data["spec"].evidence()
 
     def oracle_agent(self):
-        from envs.hard20.agents import ScriptAgent
         return ScriptAgent(self.task.data["spec"], "oracle")
 
     def _run_tool(self, call: dict) -> dict:

@@ -26,7 +26,9 @@ from __future__ import annotations
 import copy
 
 from envs.base import Task, Tool, ToolEnv, ToolError, VerifierFacts
+from envs.lookup.agents import OracleAgent
 from envs.lookup.grading import as_turn, grade
+from envs.lookup.rules import LookupRules
 from envs.lookup.world import TIERS, TOOL, build_world
 
 SYSTEM_PROMPT = ("You answer questions about the people in a company directory. Call get_person with a "
@@ -82,11 +84,9 @@ class LookupEnv(ToolEnv):
                 "attribute": q.attribute, "answer": q.answer, "tier": q.tier}
 
     def oracle_agent(self):
-        from envs.lookup.agents import OracleAgent
         return OracleAgent(self.reward_evidence())
 
     def rti_rules(self):
-        from envs.lookup.rules import LookupRules
         return LookupRules()
 
     def verifier_facts(self) -> VerifierFacts:

@@ -37,10 +37,12 @@ import copy
 import functools
 
 from envs.base import Task, ToolEnv, VerifierFacts
+from envs.navigation.agents import OracleAgent
 from envs.navigation.amap_live import DEFAULT_BASE_URL, LiveAmap
 from envs.navigation.amap_offline import ENVELOPE_KEYS, RESULT_KEYS, OfflineAmap
 from envs.navigation.geo import COORDINATE_TOLERANCE_DEG
 from envs.navigation.reward import judge
+from envs.navigation.rules import NavigationRules
 from envs.navigation.task_file import FileTasks
 from envs.navigation.tasks import build_benchmark
 from envs.navigation.tools import EXTENSIONS, make_tools
@@ -114,11 +116,9 @@ class NavigationEnv(ToolEnv):
         return self.task.data["spec"].evidence()
 
     def oracle_agent(self):
-        from envs.navigation.agents import OracleAgent
         return OracleAgent(self.reward_evidence(), self.config["language"])
 
     def rti_rules(self):
-        from envs.navigation.rules import NavigationRules
         return NavigationRules()
 
     def verifier_facts(self) -> VerifierFacts:

@@ -1,6 +1,8 @@
 """Generation and scoring engines with one interface (see ``base``)."""
 
 from policies.engines.base import Generation, PromptTooLongError, SamplingParams, StaleWeightsError
+from policies.engines.hf import HFEngine
+from policies.engines.vllm_engine import VLLMEngine
 
 ENGINES = ("vllm", "hf")
 
@@ -8,10 +10,8 @@ ENGINES = ("vllm", "hf")
 def make_engine(kind: str, model_path: str, **kwargs):
     """Build an engine by name: ``"vllm"`` or ``"hf"`` (transformers)."""
     if kind == "hf":
-        from policies.engines.hf import HFEngine
         return HFEngine(model_path, **kwargs)
     if kind == "vllm":
-        from policies.engines.vllm_engine import VLLMEngine
         return VLLMEngine(model_path, **kwargs)
     raise ValueError(f"unknown engine {kind!r}; choose one of {list(ENGINES)}")
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from rti_actors.aepo import AepoSettings, EntropyBalancedRollout
 from rti_actors.algorithms.base import AlgorithmPlugin
-from rti_actors.config import aepo_problems
 from rti_actors.losses import aepo_loss
 
 
@@ -36,3 +35,17 @@ class AEPO(AlgorithmPlugin):
         tasks = driver.pick_tasks(self.config["training"]["tasks_per_iteration"])
         trajectories, metrics = self.brancher.rollout(tasks, driver.iteration)
         return trajectories, None, metrics
+
+
+def aepo_problems(ae: dict, t: dict) -> list[str]:
+    """AEPO's budget against the group's, and its rounds against asynchronous sampling."""
+    problems = []
+    m, g = ae["initial_rollouts"], t["group_size"]
+    if m is not None and m > g:
+        problems.append(f"aepo(initial_rollouts={m}) is more than the group budget training(group_size={g}): the "
+                        "global rollouts and the branches share G; lower it (G gives GRPO's rollout) or raise group_size")
+    if t["max_policy_lag"] > 0:
+        problems.append(f"training(algorithm='aepo') with max_policy_lag={t['max_policy_lag']}: AEPO's branches are "
+                        "played in rounds after the global rollouts of the same iteration, so the next iteration "
+                        "cannot start early; use max_policy_lag=0")
+    return problems

@@ -3,12 +3,14 @@ the learner trains their tokens with the shaped objective, the policy's with the
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import ray
 
 from rti_actors.algorithms.base import AlgorithmPlugin
-from rti_actors.config import ConfigError, teacher_problems
 from rti_actors.losses import luffy_loss
 from rti_actors.luffy import Teacher, teacher_metrics
+from rti_actors.options import ConfigError, shown
 
 
 class LUFFY(AlgorithmPlugin):
@@ -22,19 +24,19 @@ class LUFFY(AlgorithmPlugin):
 
     @classmethod
     def validate(cls, config, ok) -> list[str]:
-        if ok("teacher", "source", "traces_per_group") and ok("training", "group_size"):
-            return teacher_problems(config["teacher"], config["training"]["group_size"])
+        if ok("luffy", "source", "traces_per_group") and ok("training", "group_size"):
+            return luffy_problems(config["luffy"], config["training"]["group_size"])
         return []
 
     @classmethod
     def episodes_per_task(cls, config) -> int:
-        return config["training"]["group_size"] - config["teacher"]["traces_per_group"]
+        return config["training"]["group_size"] - config["luffy"]["traces_per_group"]
 
     def start_actors(self, graph) -> dict[str, list]:
         c = self.config
-        if c["teacher"]["source"] == "oracle" and not ray.get(graph.runners[0].has_oracle.remote()):
-            raise ConfigError(f"teacher(source='oracle') needs an environment with a scripted oracle_agent(); "
-                              f"{c['environment']['env']!r} has none: give teacher(source=<a demonstrations JSONL>) "
+        if c["luffy"]["source"] == "oracle" and not ray.get(graph.runners[0].has_oracle.remote()):
+            raise ConfigError(f"luffy(source='oracle') needs an environment with a scripted oracle_agent(); "
+                              f"{c['environment']['env']!r} has none: give luffy(source=<a demonstrations JSONL>) "
                               "instead")
         return {}
 
@@ -47,3 +49,17 @@ class LUFFY(AlgorithmPlugin):
 
     def transform_groups(self, driver, groups: list) -> tuple[list, dict]:
         return groups, teacher_metrics(groups)
+
+
+def luffy_problems(te: dict, group_size: int) -> list[str]:
+    """LUFFY's teacher: a source that exists and room for on-policy samples in each group (the
+    env's oracle is build's check: it needs the env)."""
+    problems = []
+    k, source = te["traces_per_group"], te["source"]
+    if k >= group_size:
+        problems.append(f"luffy(traces_per_group={k}) takes that many of each group's training(group_size="
+                        f"{group_size}) samples, leaving none on-policy: lower it or raise group_size")
+    if source != "oracle" and not Path(source).expanduser().is_file():
+        problems.append(f"luffy(source={shown(str(source))}): no such file; give 'oracle' (the env's scripted "
+                        "oracle_agent) or the path of a demonstrations JSONL (rti_actors.demonstrations)")
+    return problems

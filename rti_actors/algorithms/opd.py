@@ -4,10 +4,9 @@ scored on the student's own tokens (``rti_actors.opd``); GRPO's loss trains it."
 from __future__ import annotations
 
 from envs.openai_client import OpenAIChatClient
-from policies.models import context_length, load_model
+from policies.models import BUILTIN_MODELS, context_length, load_model
 from rti_actors.algorithms.grpo import GRPO
 from rti_actors.build import await_started
-from rti_actors.config import ConfigError, distillation_teacher_problems
 from rti_actors.opd import (
     Distiller,
     EndpointTeacher,
@@ -15,6 +14,7 @@ from rti_actors.opd import (
     check_endpoint_tokenizer,
     check_teacher_tokenizer,
 )
+from rti_actors.options import ConfigError, endpoint_key_problems, names_a_model, shown
 
 
 class OPD(GRPO):
@@ -22,13 +22,13 @@ class OPD(GRPO):
 
     @classmethod
     def validate(cls, config, ok) -> list[str]:
-        if ok("teacher", "model", "endpoint", "endpoint_api_key_env"):
-            return distillation_teacher_problems(config["teacher"])
+        if ok("opd", "model", "endpoint", "endpoint_api_key_env"):
+            return opd_problems(config["opd"])
         return []
 
     @classmethod
     def extra_engines(cls, config) -> int:
-        return int(config["teacher"]["model"] is not None)
+        return int(config["opd"]["model"] is not None)
 
     def prepare(self, renderer) -> list[str]:
         self.teacher = resolve_teacher(self.config, renderer.tokenizer)
@@ -43,7 +43,7 @@ class OPD(GRPO):
         # the KL's temperature, the same on both sides: the rollout's for a model teacher; an
         # endpoint's prompt log-probs are the model's own distribution (temperature 1)
         kl_temperature = EndpointTeacher.temperature if isinstance(teacher, EndpointTeacher) else p["temperature"]
-        self.distiller = Distiller(graph.engines, teacher, kl_temperature, self.config["teacher"]["reward_weight"],
+        self.distiller = Distiller(graph.engines, teacher, kl_temperature, self.config["opd"]["reward_weight"],
                                    p["max_model_len"])
         return {}
 
@@ -60,19 +60,19 @@ def resolve_teacher(c, tokenizer):
     policy does."""
     from transformers import AutoTokenizer
 
-    te, p = c["teacher"], c["policy"]
+    te, p = c["opd"], c["policy"]
     policy_text = f"policy(model={p['model']!r})"
     if te["endpoint"] is not None:
         client = OpenAIChatClient(te["endpoint"], te["endpoint_model"], api_key_env=te["endpoint_api_key_env"],
                                   timeout=120.0, purpose="teacher endpoint")
-        text = f"teacher(endpoint={te['endpoint']!r})"
+        text = f"opd(endpoint={te['endpoint']!r})"
         try:
             client.check()
         except ValueError as e:
-            raise ConfigError(f"{text}: {e}; start it or give teacher(model=...)") from None
+            raise ConfigError(f"{text}: {e}; start it or give opd(model=...)") from None
         check_endpoint_tokenizer(client, tokenizer, text, policy_text)
         return EndpointTeacher(client)
-    text = f"teacher(model={str(te['model'])!r})"
+    text = f"opd(model={str(te['model'])!r})"
     try:
         path = load_model(str(te["model"]))
     except (ValueError, RuntimeError) as e:
@@ -84,3 +84,24 @@ def resolve_teacher(c, tokenizer):
                           f"policy(max_model_len={p['max_model_len']}) tokens: use a teacher with a longer context or "
                           f"set max_model_len <= {positions}")
     return path
+
+
+def opd_problems(te: dict) -> list[str]:
+    """OPD's teacher: exactly one of a model and an endpoint (whether its tokenizer is the
+    policy's is build's check: it reads both tokenizers, or asks the endpoint)."""
+    model, endpoint = te["model"], te["endpoint"]
+    if model is None and endpoint is None:
+        return ["training(algorithm='opd') needs a teacher to score the student's tokens: set "
+                "opd(model=<a model folder, built-in name or hub id with the policy's tokenizer>) or "
+                "opd(endpoint='https://<host>/v1') (an OpenAI-compatible server that returns prompt log-probs)"]
+    if model is not None and endpoint is not None:
+        return [f"opd(model={shown(str(model))}, endpoint={endpoint!r}): give one teacher, a model or an endpoint"]
+    if endpoint is not None:
+        if not endpoint.startswith(("http://", "https://")):
+            return [f"opd(endpoint={endpoint!r}) must be an http(s):// URL of an OpenAI-compatible server, "
+                    "e.g. 'https://host/v1'; a local model goes in opd(model=...)"]
+        return endpoint_key_problems("opd", "endpoint", endpoint, te["endpoint_api_key_env"])
+    if not names_a_model(str(model)):
+        return [f"opd(model={shown(str(model))}): not a built-in model {sorted(BUILTIN_MODELS)}, a local model "
+                "folder with config.json or a Hugging Face hub id ('org/name')"]
+    return []

@@ -14,9 +14,9 @@ from envs.openai_client import OpenAIChatClient
 from policies.models import load_model
 from rti_actors.algorithms.grpo import GRPO
 from rti_actors.build import await_started, rollout_sampling
-from rti_actors.config import ConfigError
 from rti_actors.engine_actor import EnginePool
 from rti_actors.groups import all_failed
+from rti_actors.options import ConfigError
 from rti_actors.rti.fix_tracker import AcceptedFixes
 from rti_actors.rti.gate import PPLGate
 from rti_actors.rti.pipeline import Intervention

@@ -21,6 +21,7 @@ import re
 from pathlib import Path
 
 from envs.openai_client import OpenAIChatClient
+from envs.tool_calls import format_assistant_turn
 from policies.chat import valid_text
 from rti_actors.faults import Restartable
 from rti_actors.rti.records import Attempt, CorrectQuery, Finding, ValidateQuery, VerifyQuery
@@ -68,7 +69,6 @@ def history_text(messages: list[dict], max_chars: int = HISTORY_CHARS, tool_char
     """A readable transcript for role prompts: the system prompt first (the domain policy a
     step is judged against; tool schemas are given separately), long tool outputs
     shortened, the oldest turns dropped first."""
-    from envs.tool_calls import format_assistant_turn
 
     head, lines = "", []
     for m in messages:

@@ -19,7 +19,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 from rti_actors import RTIConfig  # noqa: E402
 from rti_actors.cluster import check_shared_paths  # noqa: E402
-from rti_actors.config import ConfigError  # noqa: E402
+from rti_actors.options import ConfigError  # noqa: E402
 from tests.integration import learnable_env  # noqa: E402, F401  (registers FirstLetter-v0)
 
 NODE = {"num_cpus": 2, "resources": {"rollout": 1, "serve": 1, "learn": 1}, "node_ip_address": "127.0.0.1",

@@ -78,7 +78,7 @@ def test_zero_variance_groups_are_not_trained(ray_cluster, flat_model, tmp_path)
     finally:
         algo.stop()
     assert sorted(m["task_ids"]) == ["train-1", "train-3"]
-    from rti_actors.config import ConfigError
+    from rti_actors.options import ConfigError
     with pytest.raises(ConfigError, match=r"\['test-1', 'train-99'\] \(2 in all\) are not tasks of"):
         _config(flat_model, tmp_path, task_ids=["train-1", "train-99", "test-1"]).build()
     assert m["frac_zero_variance_groups"] == 1.0
@@ -123,7 +123,7 @@ def test_restore_continues_exactly_all_or_nothing_and_refuses_other_training_opt
     import shutil
 
     from rti_actors.checkpoints import CheckpointError
-    from rti_actors.config import ConfigError
+    from rti_actors.options import ConfigError
 
     cfg = _config(flat_model, tmp_path, lr=1e-3)
     a = cfg.build()
@@ -338,7 +338,7 @@ def test_publish_installs_the_learners_weights(ray_cluster, flat_model, tmp_path
 
 
 def test_broadcast_between_learner_and_cpu_engines_on_gpu_is_refused(ray_cluster, flat_model, tmp_path):
-    from rti_actors.config import ConfigError
+    from rti_actors.options import ConfigError
     cfg = _config(flat_model, tmp_path).learners(weight_sync="broadcast", num_gpus_per_learner=1)
     with pytest.raises(ConfigError, match="same kind of device"):
         cfg.validate()

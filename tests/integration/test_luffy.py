@@ -6,9 +6,9 @@ import pytest
 import rti_actors.algorithms.base as plugin_base  # where advantages are assigned
 from envs import ToolEnv
 from rti_actors import RTIConfig
-from rti_actors.config import ConfigError
 from rti_actors.groups import group_advantages
 from rti_actors.luffy import has_oracle
+from rti_actors.options import ConfigError
 from tests.integration.learnable_env import FirstLetterEnv
 
 pytestmark = pytest.mark.integration
@@ -32,7 +32,7 @@ def _luffy_config(model, tmp_path, name):
             .policy(model=model, engine="hf", max_new_tokens=16, max_model_len=MAX_LEN)
             .env_runners(num_env_runners=2, num_envs_per_env_runner=2)
             .training(algorithm="luffy", group_size=2, tasks_per_iteration=2, lr=1e-4)
-            .teacher(source="oracle", traces_per_group=1, max_turns=30)
+            .luffy(source="oracle", traces_per_group=1, max_turns=30)
             .reporting(run_dir=str(tmp_path), run_name=name, tensorboard=False, plot=False))
 
 
@@ -100,6 +100,6 @@ def no_oracle_env(cfg):
 def test_oracle_source_needs_an_env_with_an_oracle(ray_cluster, tiny_model_path, tmp_path):
     assert has_oracle(FirstLetterEnv({})) and not has_oracle(_NoOracle({}))
     cfg = (_luffy_config(tiny_model_path, tmp_path, "no-oracle").environment(no_oracle_env, env_config={})
-           .policy(max_new_tokens=8, max_model_len=1024).env_runners(num_env_runners=1).teacher(max_turns=None))
+           .policy(max_new_tokens=8, max_model_len=1024).env_runners(num_env_runners=1).luffy(max_turns=None))
     with pytest.raises(ConfigError, match="oracle_agent"):
         cfg.build()

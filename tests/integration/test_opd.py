@@ -7,7 +7,7 @@ import pytest
 import ray
 
 from rti_actors import RTIConfig
-from rti_actors.config import ConfigError
+from rti_actors.options import ConfigError
 from tests.integration import learnable_env  # noqa: F401  (registers FirstLetter-v0)
 
 pytestmark = pytest.mark.integration
@@ -19,7 +19,7 @@ def _config(student, teacher, tmp_path, name, **training):
             .policy(model=student, engine="hf", max_new_tokens=4, max_model_len=512, temperature=1.0)
             .env_runners(num_env_runners=2, num_envs_per_env_runner=4)
             .training(**{"algorithm": "opd", "group_size": 8, "tasks_per_iteration": 1, "lr": 1e-3, **training})
-            .teacher(model=teacher)
+            .opd(model=teacher)
             .learners(backend="deepspeed", zero_stage=0)
             .reporting(run_dir=str(tmp_path), run_name=name, tensorboard=False, plot=False))
 
@@ -138,7 +138,7 @@ def test_one_iteration_mixes_the_reward_checkpoints_and_restores(ray_cluster, ti
 
     monkeypatch.setattr(plugin_base, "assign_advantages", assign)
     student = make_tiny_model(tmp_path / "flat", logit_scale=1.0, seed=1)
-    algo = _config(student, tiny_model_path, tmp_path, "mix").teacher(reward_weight=0.5).build()
+    algo = _config(student, tiny_model_path, tmp_path, "mix").opd(reward_weight=0.5).build()
     samples = _captured(algo)
     try:
         m = algo.train()

@@ -12,8 +12,8 @@ import pytest
 
 from rti_actors import RTIConfig
 from rti_actors.build import ExtraEngines, resolve_env_config
-from rti_actors.config import ConfigError
 from rti_actors.engine_chat import EngineChat
+from rti_actors.options import ConfigError
 from rti_actors.trajectory import EpisodeSpec
 
 pytestmark = pytest.mark.integration

@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from rti_actors.aepo import AepoSettings, EntropyBalancedRollout, Path, decide, global_rollouts, step_entropies
-from rti_actors.config import ConfigError, RTIConfig, learner_settings
+from rti_actors.config import RTIConfig
 from rti_actors.losses import aepo_loss, finish_stats, grpo_loss, masked_token_logprobs, standardised_entropy
+from rti_actors.options import ConfigError, learner_settings
 from rti_actors.trajectory import EpisodeSpec, Trajectory
 
 EPS = 0.2

@@ -10,7 +10,7 @@ import torch
 
 from rti_actors import RTIConfig
 from rti_actors.algorithms import BUILTIN, AlgorithmPlugin, algorithm_names, get_algorithm, register_algorithm
-from rti_actors.config import ConfigError
+from rti_actors.options import ConfigError
 from tests.conftest import REPO
 
 
@@ -45,7 +45,7 @@ def test_every_builtin_is_a_plugin_under_its_own_name():
         plugin = get_algorithm(name)
         assert issubclass(plugin, AlgorithmPlugin) and plugin.name == name
     assert get_algorithm("gspo").normaliser == "sequences" and get_algorithm("aepo").with_entropy
-    assert get_algorithm("luffy").episodes_per_task(_config("luffy").teacher(traces_per_group=2)) == 6
+    assert get_algorithm("luffy").episodes_per_task(_config("luffy").luffy(traces_per_group=2)) == 6
     assert get_algorithm("rti").episodes_per_task(_config("rti")) == 8
 
 

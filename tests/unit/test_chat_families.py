@@ -8,7 +8,8 @@ import pytest
 from transformers import AutoTokenizer
 
 from policies.chat import CHAT_FAMILIES, ChatRenderer, ChatTemplateError
-from rti_actors.config import ConfigError, RTIConfig
+from rti_actors.config import RTIConfig
+from rti_actors.options import ConfigError
 
 TOOLS = [{"type": "function", "function": {"name": "poi_search", "description": "Search places.",
                                           "parameters": {"type": "object", "properties": {"address": {"type": "string"}}}}}]

@@ -3,9 +3,9 @@ holds up no other, so the engines see full batches and a wave never waits on its
 
 from envs import Task, ToolEnv
 from policies.engines import make_engine
-from rti_actors.config import DEFAULTS
 from rti_actors.engine_actor import LocalEngines
 from rti_actors.env_runner import EnvRunner
+from rti_actors.options import DEFAULTS
 from rti_actors.trajectory import EpisodeSpec
 
 POLICY = {**DEFAULTS["policy"], "max_new_tokens": 4, "max_model_len": 1024}

@@ -11,10 +11,10 @@ import envs  # noqa: F401  (registers the built-in envs)
 from envs.registry import get_creator
 from policies.chat import ChatRenderer
 from policies.engines import make_engine
-from rti_actors.config import DEFAULTS
 from rti_actors.engine_actor import LocalEngines
 from rti_actors.env_runner import EnvRunner
 from rti_actors.groups import group_by_task
+from rti_actors.options import DEFAULTS
 from rti_actors.reporting import Reporter
 from rti_actors.rti.fix_tracker import AcceptedFixes
 from rti_actors.rti.gate import perplexity

@@ -9,7 +9,8 @@ import re
 
 import pytest
 
-from rti_actors.config import CHECKED_APART, DEFAULTS, WANTS, ConfigError, RTIConfig
+from rti_actors.config import RTIConfig
+from rti_actors.options import CHECKED_APART, DEFAULTS, WANTS, ConfigError
 
 HOSTILE = [math.nan, math.inf, -math.inf, -1, 0, 1, -0.5, 0.5, 1.5, 10**18, 2**70, 1e308, "1e-6", "", "x",
            True, False, None, [], {}, [1, 2], {"a": 1}]
@@ -38,9 +39,11 @@ def _outcome(changes: dict) -> str | None:
     return None
 
 
-def test_every_option_has_a_rule():
+def test_every_default_satisfies_its_own_rule():
     for section, values in DEFAULTS.items():
-        assert set(WANTS.get(section, {})) | CHECKED_APART.get(section, set()) == set(values), section
+        assert set(WANTS[section]) | CHECKED_APART[section] == set(values), section
+        for key, want in WANTS[section].items():
+            assert want.accepts(values[key]), (section, key)
 
 
 def test_the_base_config_and_the_defaults_validate():

@@ -4,10 +4,10 @@ model's transformers engine, and environments whose grader or tool backend fails
 import pytest
 
 from policies.engines import make_engine
-from rti_actors.config import DEFAULTS
 from rti_actors.engine_actor import LocalEngines
 from rti_actors.env_runner import EnvRunner
 from rti_actors.groups import all_failed, scored_groups
+from rti_actors.options import DEFAULTS
 from rti_actors.trajectory import EpisodeSpec
 from tests.integration.learnable_env import BadValuesEnv, FailingEnv
 

@@ -6,9 +6,10 @@ import random
 import pytest
 
 from rti_actors import learner as learner_module
-from rti_actors.config import ConfigError, RTIConfig, learner_settings
+from rti_actors.config import RTIConfig
 from rti_actors.learner import Learner, QueueLearner
 from rti_actors.learner_group import shard_by_tokens
+from rti_actors.options import ConfigError, learner_settings
 
 
 def _samples(lengths):

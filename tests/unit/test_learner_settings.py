@@ -7,10 +7,11 @@ import pytest
 import torch
 
 from rti_actors import learner as learner_actor
-from rti_actors.config import ConfigError, RTIConfig, learner_settings
+from rti_actors.config import RTIConfig
 from rti_actors.groups import group_advantages
 from rti_actors.learner import DEFAULTS, SAMPLE_KEYS, Learner, LearnerSample, QueueLearner
 from rti_actors.losses import GSPO_CLIP_EPS, gspo_loss
+from rti_actors.options import ConfigError, learner_settings
 
 KEYS = {"algorithm", "lr", "weight_decay", "clip_eps", "gspo_clip_eps", "temperature", "zero_stage",
         "micro_batch_tokens", "grad_clip", "seed", "backend", "dtype", "gradient_checkpointing", "offload",

@@ -9,10 +9,11 @@ import socket
 import pytest
 import torch
 
-from rti_actors.config import ConfigError, RTIConfig
+from rti_actors.config import RTIConfig
 from rti_actors.learner import Learner
 from rti_actors.lora import check_lora, lora_settings, merge_adapter
 from rti_actors.losses import token_logprobs
+from rti_actors.options import ConfigError
 from tests.samples import make_batch
 
 LORA = {"r": 4}

@@ -6,8 +6,9 @@ import math
 import pytest
 import torch
 
-from rti_actors.config import ConfigError, RTIConfig
+from rti_actors.config import RTIConfig
 from rti_actors.losses import LUFFY_GAMMA, finish_stats, grpo_loss, luffy_loss, luffy_shaping
+from rti_actors.options import ConfigError
 
 
 def _batch(probs, advantage=1.0):
@@ -20,7 +21,7 @@ def _batch(probs, advantage=1.0):
 
 
 def test_default_gamma_is_the_papers():
-    assert LUFFY_GAMMA == 0.1 == RTIConfig()["teacher"]["gamma"]
+    assert LUFFY_GAMMA == 0.1 == RTIConfig()["luffy"]["gamma"]
 
 
 @pytest.mark.parametrize("gamma", [0.1, 0.5, 1e-3])
@@ -81,7 +82,7 @@ def test_luffy_loss_is_finite_for_a_teacher_token_the_policy_finds_impossible():
 
 def _luffy(**teacher):
     return RTIConfig().environment("Navigation-v0").policy(engine="hf").training(
-        algorithm="luffy", group_size=4).teacher(**teacher)
+        algorithm="luffy", group_size=4).luffy(**teacher)
 
 
 def test_config_accepts_luffy_and_says_what_to_change(tmp_path):
@@ -94,11 +95,11 @@ def test_config_accepts_luffy_and_says_what_to_change(tmp_path):
                            ({"traces_per_group": 4}, "leaving none on-policy"),
                            ({"traces_per_group": 0}, "traces_per_group"),
                            ({"source": str(tmp_path / "nope.jsonl")}, "no such file"),
-                           ({"source": ""}, "teacher(source=''")]:
+                           ({"source": ""}, "luffy(source=''")]:
         with pytest.raises(ConfigError, match=words.replace("(", r"\(")):
             _luffy(**teacher).validate()
-    # the teacher's options only matter to LUFFY
-    RTIConfig().environment("Navigation-v0").policy(engine="hf").teacher(traces_per_group=9).validate()
+    # LUFFY's options only matter to LUFFY
+    RTIConfig().environment("Navigation-v0").policy(engine="hf").luffy(traces_per_group=9).validate()
 
 
 def test_on_policy_count_leaves_room_for_the_teacher():
@@ -159,13 +160,13 @@ def test_learner_routes_teacher_samples_to_the_shaped_objective(tiny_model_path)
     assert packed["teacher_tokens"] == padded["teacher_tokens"]
 
 
-def test_teacher_options_matter_to_a_restore_of_luffy_runs_only():
+def test_opd_options_matter_to_a_restore_of_luffy_runs_only():
     from rti_actors.checkpoints import config_changes
 
     grpo = json.loads(RTIConfig().to_json())
-    older = {k: v for k, v in grpo.items() if k != "teacher"}  # a checkpoint from before LUFFY
+    older = {k: v for k, v in grpo.items() if k != "luffy"}  # a checkpoint from before LUFFY
     assert config_changes(older, grpo) == []
     luffy = json.loads(RTIConfig().training(algorithm="luffy").to_json())
-    changed = json.loads(RTIConfig().training(algorithm="luffy").teacher(gamma=0.5).to_json())
-    assert config_changes(luffy, changed) == ["teacher.gamma: 0.1 -> 0.5"]
-    assert "teacher.gamma: 0.1 -> 0.5" in config_changes(luffy, {**changed, "training": grpo["training"]})
+    changed = json.loads(RTIConfig().training(algorithm="luffy").luffy(gamma=0.5).to_json())
+    assert config_changes(luffy, changed) == ["luffy.gamma: 0.1 -> 0.5"]
+    assert "luffy.gamma: 0.1 -> 0.5" in config_changes(luffy, {**changed, "training": grpo["training"]})

@@ -5,9 +5,10 @@ from math import comb
 import numpy as np
 import pytest
 
-from rti_actors.config import ConfigError, RTIConfig
+from rti_actors.config import RTIConfig
 from rti_actors.groups import assign_advantages, group_advantages, group_by_task, is_learnable
 from rti_actors.metrics import format_table, merge_summaries, paper_order, pass_at_k, pass_hat_k, summarize
+from rti_actors.options import ConfigError
 from rti_actors.replay import ReplayQueue
 from rti_actors.trajectory import Trajectory, learner_sample
 

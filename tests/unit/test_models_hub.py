@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from policies.models import BUILTIN_MODELS, hub_cache_dir, is_hub_id, is_model_folder, load_model
-from rti_actors.config import DEFAULTS, RTIConfig, _intervention_problems
+from rti_actors.config import RTIConfig, _intervention_problems
+from rti_actors.options import DEFAULTS
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 HUB_ENV = ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
@@ -158,7 +159,7 @@ def test_hub_repo_without_config_json_is_rejected(no_network, tmp_path, monkeypa
 
 def test_build_turns_an_unresolvable_hub_id_into_a_config_error(no_network, tmp_path, monkeypatch):
     from rti_actors.build import resolve_env_config
-    from rti_actors.config import ConfigError
+    from rti_actors.options import ConfigError
 
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 import rti_actors.opd as opd
-from rti_actors.config import ConfigError, RTIConfig
+from rti_actors.config import RTIConfig
 from rti_actors.opd import Distiller, ScoreSpan, score_span, token_advantages, tokenizer_mismatch
+from rti_actors.options import ConfigError
 from rti_actors.trajectory import Trajectory, learner_sample
 from tests.fake_openai import serve
 
@@ -216,7 +217,7 @@ def test_endpoint_teacher_sends_token_ids_and_reads_the_echoed_log_probs(complet
 
 # ---- the config ---------------------------------------------------------------------------------
 def _opd(**teacher):
-    return RTIConfig().environment("Navigation-v0").policy(engine="hf").training(algorithm="opd").teacher(**teacher)
+    return RTIConfig().environment("Navigation-v0").policy(engine="hf").training(algorithm="opd").opd(**teacher)
 
 
 def test_config_accepts_opd_with_one_teacher_and_says_what_to_change(tiny_model_path, monkeypatch):
@@ -233,30 +234,44 @@ def test_config_accepts_opd_with_one_teacher_and_says_what_to_change(tiny_model_
         with pytest.raises(ConfigError, match=words):
             _opd(**teacher).validate()
     _opd(endpoint="http://127.0.0.1:8000/v1").validate()  # loopback may carry the key
-    # the teacher's OPD options only matter to OPD
-    RTIConfig().environment("Navigation-v0").policy(engine="hf").teacher(model="/no/such/folder").validate()
+    # OPD's options only matter to OPD
+    RTIConfig().environment("Navigation-v0").policy(engine="hf").opd(model="/no/such/folder").validate()
 
 
-def test_opd_options_matter_to_a_restore_of_opd_and_luffy_runs_only():
+def test_opd_options_matter_to_a_restore_of_opd_runs_only():
     from rti_actors.checkpoints import config_changes
 
-    luffy = json.loads(RTIConfig().training(algorithm="luffy").to_json())
-    older = {**luffy, "teacher": {k: v for k, v in luffy["teacher"].items()
-                                  if k in ("source", "traces_per_group", "gamma", "min_reward", "max_turns")}}
-    assert config_changes(older, luffy) == []  # a LUFFY checkpoint from before OPD's options existed
-    base = json.loads(RTIConfig().training(algorithm="opd").teacher(model="/m").to_json())
-    changed = json.loads(RTIConfig().training(algorithm="opd").teacher(model="/m", reward_weight=0.3).to_json())
-    assert config_changes(base, changed) == ["teacher.reward_weight: 0.0 -> 0.3"]
+    base = json.loads(RTIConfig().training(algorithm="opd").opd(model="/m").to_json())
+    changed = json.loads(RTIConfig().training(algorithm="opd").opd(model="/m", reward_weight=0.3).to_json())
+    assert config_changes(base, changed) == ["opd.reward_weight: 0.0 -> 0.3"]
     grpo = json.loads(RTIConfig().to_json())
-    assert config_changes(grpo, {**grpo, "teacher": changed["teacher"]}) == []
+    assert config_changes(grpo, {**grpo, "opd": changed["opd"]}) == []
+    luffy = json.loads(RTIConfig().training(algorithm="luffy").to_json())
+    assert config_changes(luffy, {**luffy, "opd": changed["opd"]}) == []
+
+
+def test_a_config_saved_with_the_old_teacher_section_still_loads_and_restores():
+    """Checkpoints before LUFFY and OPD had sections of their own saved one 'teacher' section;
+    restoring one finds no change, and the old setter still works, with a warning."""
+    from rti_actors.checkpoints import config_changes
+
+    new = json.loads(RTIConfig().training(algorithm="opd").opd(model="/m", reward_weight=0.3).luffy(gamma=0.5).to_json())
+    old = {k: v for k, v in new.items() if k not in ("luffy", "opd")} | {"teacher": {**new["luffy"], **new["opd"]}}
+    assert config_changes(old, new) == []
+    assert RTIConfig.from_dict(old) == RTIConfig.from_dict(new)
+    with pytest.warns(DeprecationWarning, match=r"'teacher' is deprecated.*\.luffy\(source=\.\.\.\), \.opd\(model"):
+        config = RTIConfig().teacher(model="/m", gamma=0.5)
+    assert (config["opd"]["model"], config["luffy"]["gamma"]) == ("/m", 0.5)
+    with pytest.raises(ConfigError, match=r"unknown option teacher\(colour=\.\.\.\)"):
+        RTIConfig().teacher(colour=1)
 
 
 def test_learner_settings_and_defaults_name_opd():
     from rti_actors.algorithms import algorithm_names
-    from rti_actors.config import learner_settings
+    from rti_actors.options import learner_settings
     assert "opd" in algorithm_names()
     assert learner_settings(RTIConfig().training(algorithm="opd"))["algorithm"] == "opd"
-    te = RTIConfig()["teacher"]
+    te = RTIConfig()["opd"]
     assert te["reward_weight"] == 0.0 and te["model"] is None and te["endpoint"] is None
 
 
@@ -266,7 +281,7 @@ def test_hostile_opd_options_fail_cleanly_naming_the_option(key):
         try:
             _opd(**{key: value}).validate(available_cpus=64, available_gpus=8)
         except ConfigError as e:
-            assert f"teacher({key}=" in str(e) or "teacher(model=" in str(e) or "needs a teacher" in str(e), (value, e)
+            assert f"opd({key}=" in str(e) or "opd(model=" in str(e) or "needs a teacher" in str(e), (value, e)
 
 
 def test_progress_line_shows_the_reverse_kl_and_the_teachers_time():
@@ -284,5 +299,5 @@ def test_the_examples_take_opd_with_a_teacher_model(example, tiny_model_path, mo
     argv = ["--algorithm", "opd", "--teacher-model", tiny_model_path, "--opd-reward-weight", "0.25", "--engine", "hf"]
     config = example_config(example, argv, monkeypatch)
     assert config["training"]["algorithm"] == "opd"
-    assert (config["teacher"]["model"], config["teacher"]["reward_weight"]) == (tiny_model_path, 0.25)
+    assert (config["opd"]["model"], config["opd"]["reward_weight"]) == (tiny_model_path, 0.25)
     config.validate()

@@ -13,10 +13,10 @@ import envs  # noqa: F401  (registers the built-in envs)
 from envs.registry import get_creator
 from policies.chat import ChatRenderer
 from policies.engines import make_engine
-from rti_actors.config import DEFAULTS
 from rti_actors.engine_actor import LocalEngines
 from rti_actors.env_runner import EnvRunner, request_seed
 from rti_actors.groups import group_by_task
+from rti_actors.options import DEFAULTS
 from rti_actors.rti.pipeline import Intervention, episode_text
 from rti_actors.rti.records import Candidate, Finding
 from rti_actors.rti.roles import RuleRoles

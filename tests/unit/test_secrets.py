@@ -14,7 +14,8 @@ import ray.cloudpickle
 
 from envs.navigation.amap_live import LiveAmap
 from envs.openai_client import OpenAIChatClient, Secret, key_may_go_to
-from rti_actors.config import ConfigError, RTIConfig
+from rti_actors.config import RTIConfig
+from rti_actors.options import ConfigError
 from tests.fake_openai import serve
 
 CANARY = "sk-canary-1234567890"
