@@ -64,14 +64,14 @@ def kill_later(actor, delay_s: float) -> threading.Thread:
 def disturbed_iteration(algo, kind: str, rng: random.Random, typical_s: float) -> dict:
     actor = rng.choice(victims(algo, kind))
     if kind == "learner":  # killed during its step: sent the batch, then gone
-        original = algo._start_update
+        original = algo.updates.start
 
         def start_then_kill(samples, versions):
-            algo._start_update = original
+            algo.updates.start = original
             out = original(samples, versions)
             ray.kill(actor, no_restart=True)
             return out
-        algo._start_update = start_then_kill
+        algo.updates.start = start_then_kill
         return algo.train()
     killer = kill_later(actor, rng.uniform(0.1, 0.8) * typical_s)
     m = algo.train()

@@ -95,7 +95,7 @@ def part1(engine, model_path, max_tokens) -> dict:
     t0 = time.perf_counter()
     gens = ray.get(engine.generate.remote(prompts, sampling, seeds))
     dt_direct = time.perf_counter() - t0
-    direct_tokens = sum(len(g["token_ids"]) for g in gens)
+    direct_tokens = sum(len(g.token_ids) for g in gens)
     for a in runners:
         ray.kill(a)
     return {"graph_tok_s": round(graph_tokens / dt_graph, 1), "direct_tok_s": round(direct_tokens / dt_direct, 1),

@@ -26,7 +26,7 @@ import ray
 
 from envs.registry import get_creator
 from policies.chat import ChatRenderer, ChatTemplateError
-from policies.engines import default_dtype
+from policies.engines import SamplingParams, default_dtype
 from policies.models import context_length, load_model
 from rti_actors.algorithms import AlgorithmPlugin, get_algorithm
 from rti_actors.cluster import check_custom_resources, check_shared_paths, cluster_resources
@@ -83,10 +83,10 @@ def threads_env(threads: int | None, env_vars: dict | None = None) -> dict:
     return {"env_vars": {"OMP_NUM_THREADS": str(threads or os.cpu_count() or 1), **(env_vars or {})}}
 
 
-def rollout_sampling(policy: dict, temperature: float | None = None) -> dict:
+def rollout_sampling(policy: dict, temperature: float | None = None) -> SamplingParams:
     """The engines' sampling settings for rollouts (and RTI's continuations)."""
-    return {"max_tokens": policy["max_new_tokens"], "top_p": policy["top_p"],
-            "temperature": policy["temperature"] if temperature is None else temperature}
+    return SamplingParams(max_tokens=policy["max_new_tokens"], top_p=policy["top_p"],
+                          temperature=policy["temperature"] if temperature is None else temperature)
 
 
 def await_started(actors: dict[str, object], timeout_s: float) -> None:

@@ -8,7 +8,7 @@ It is an async actor so that requests from many callers meet: ``generate`` calls
 arrive while the engine is busy (or within ``merge_window_s`` of an idle engine) and have
 the same sampling settings become one engine call, so two env runners with four episodes
 each cost one batch of eight, not two batches of four. Every prompt carries its own seed
-(an explicit one, ``sampling["seed"] + i``, or a fresh random one), so a request samples
+(an explicit one, ``sampling.seed + i``, or a fresh random one), so a request samples
 the same tokens whatever it is merged with. The engine itself lives on one worker thread:
 calls reach it one at a time, in arrival order, which is what the vLLM engine's scoring
 and the weight updates rely on.
@@ -24,24 +24,32 @@ import asyncio
 import itertools
 import random
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import ray
 
-from policies.engines import SamplingParams, make_engine
+from policies.engines import Generation, SamplingParams, make_engine
 from policies.engines.base import check_prompts
 from rti_actors.faults import Restartable
 from rti_actors.weight_sync import init_group, receive
 
 
-def explicit_seeds(n: int, sampling: dict, seeds: list[int] | None, rng: random.Random) -> list[int]:
-    """One seed per prompt: the caller's, else ``sampling["seed"] + i``, else random."""
+def explicit_seeds(n: int, sampling: SamplingParams, seeds: list[int] | None, rng: random.Random) -> list[int]:
+    """One seed per prompt: the caller's, else ``sampling.seed + i``, else random."""
     if seeds is not None:
         if len(seeds) != n:
             raise ValueError(f"generate got {n} prompts but {len(seeds)} seeds; pass one seed per prompt")
         return [int(s) for s in seeds]
-    if sampling.get("seed") is not None:
-        return [int(sampling["seed"]) + i for i in range(n)]
+    if sampling.seed is not None:
+        return [int(sampling.seed) + i for i in range(n)]
     return [rng.getrandbits(63) for _ in range(n)]
+
+
+def _checked(sampling: SamplingParams) -> SamplingParams:
+    """The settings an engine call runs with: seeds are per prompt from here on."""
+    if not isinstance(sampling, SamplingParams):
+        raise TypeError(f"sampling must be a policies.engines.SamplingParams, got {type(sampling).__name__}")
+    return replace(sampling, seed=None)
 
 
 class LatestWeights(Restartable):
@@ -83,11 +91,12 @@ class EngineActor(Restartable):
         return await asyncio.get_running_loop().run_in_executor(self._worker, fn, *args)
 
     # ---- generation: concurrent requests with equal settings become one engine call ---------
-    async def generate(self, prompts: list[list[int]], sampling: dict, seeds: list[int] | None = None) -> list[dict]:
+    async def generate(self, prompts: list[list[int]], sampling: SamplingParams,
+                       seeds: list[int] | None = None) -> list[Generation]:
         if not prompts:
             return []
         # a bad setting or prompt fails this caller only, not the batch it would join
-        params = SamplingParams(**{**sampling, "seed": None})  # seeds are per prompt from here on
+        params = _checked(sampling)
         check_prompts(prompts, self.engine.max_model_len)
         seeds = explicit_seeds(len(prompts), sampling, seeds, self._rng)
         fut = asyncio.get_running_loop().create_future()
@@ -121,7 +130,7 @@ class EngineActor(Restartable):
         start = 0
         for p, _, fut in batch:
             if not fut.done():
-                fut.set_result([g.__dict__ for g in gens[start:start + len(p)]])
+                fut.set_result(gens[start:start + len(p)])
             start += len(p)
 
     # ---- everything else goes to the engine thread in arrival order -------------------------
@@ -176,7 +185,7 @@ class EnginePool:
     def pick(self):
         return self.handles[next(self._next) % len(self.handles)]
 
-    def generate(self, prompts, sampling: dict, seeds=None) -> list[dict]:
+    def generate(self, prompts, sampling: SamplingParams, seeds=None) -> list[Generation]:
         return ray.get(self.pick().generate.remote(prompts, sampling, seeds))
 
     def score(self, prompts, completions, temperature: float) -> list[list[float]]:
@@ -202,10 +211,9 @@ class LocalEngines:
     def __init__(self, engine, temperature: float = 1.0):
         self.engine, self.temperature = engine, temperature
 
-    def generate(self, prompts, sampling: dict, seeds=None) -> list[dict]:
-        params = SamplingParams(**{**sampling, "seed": None})
-        seeds = explicit_seeds(len(prompts), sampling, seeds, random.Random())
-        return [g.__dict__ for g in self.engine.generate(prompts, params, seeds)]
+    def generate(self, prompts, sampling: SamplingParams, seeds=None) -> list[Generation]:
+        params = _checked(sampling)
+        return self.engine.generate(prompts, params, explicit_seeds(len(prompts), sampling, seeds, random.Random()))
 
     def score(self, prompts, completions, temperature: float) -> list[list[float]]:
         return self.engine.score(prompts, completions, temperature)

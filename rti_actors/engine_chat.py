@@ -17,6 +17,7 @@ import functools
 import ray
 
 from policies.chat import CHATML_TEMPLATE, valid_text
+from policies.engines import SamplingParams
 from rti_actors.engine_actor import EnginePool
 from rti_actors.env_runner import request_seed
 
@@ -45,9 +46,9 @@ class EngineChat:
         ids = self._prompt_ids(tok, messages)
         # The seed is a function of the prompt: the same history always gets the same reply,
         # so RTI's replay of an episode prefix reproduces the user's turns even when sampling.
-        sampling = {"max_tokens": self.max_tokens, "temperature": self.temperature, "top_p": 1.0}
+        sampling = SamplingParams(max_tokens=self.max_tokens, temperature=self.temperature, top_p=1.0)
         gen = self.pool.generate([ids], sampling, [request_seed(self.seed, ids)])[0]
-        return tok.decode([i for i in gen["token_ids"] if i != tok.eos_token_id], skip_special_tokens=False).strip()
+        return tok.decode([i for i in gen.token_ids if i != tok.eos_token_id], skip_special_tokens=False).strip()
 
     def judge(self, prompt: str) -> str:
         """``judge_fn(prompt) -> str``: the prompt as one user message."""

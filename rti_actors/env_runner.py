@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from envs.base import finite_number
 from policies.chat import ChatRenderer, TokenBuffer
+from policies.engines import Generation, SamplingParams
 from rti_actors.faults import Restartable
 from rti_actors.luffy import has_oracle, oracle_record, teacher_trajectory
 from rti_actors.trajectory import EpisodeSpec, Trajectory
@@ -120,7 +121,7 @@ class EnvRunner(Restartable):
         env = self.envs[0]
         return list(env.unwrapped.task_ids(split))
 
-    def sample(self, specs: list[EpisodeSpec], sampling: dict) -> list[Trajectory]:
+    def sample(self, specs: list[EpisodeSpec], sampling: SamplingParams) -> list[Trajectory]:
         """Play one episode per spec, ``num_envs`` at a time: an env takes the next spec as
         soon as its episode ends, so a long episode holds up no other and the engines' batch
         stays full. Returns trajectories in spec order."""
@@ -147,7 +148,7 @@ class EnvRunner(Restartable):
                 del playing[slot]
         return out
 
-    def continue_from(self, requests: list[Continuation], sampling: dict) -> list[Trajectory | ReplayFailure]:
+    def continue_from(self, requests: list[Continuation], sampling: SamplingParams) -> list[Trajectory | ReplayFailure]:
         """RTI continuation: restore each episode to just before turn k by replaying the
         original actions, put the corrected turn's ids in place of the original turn's, and
         let the policy play on with the normal sampling settings and no guidance. A replay
@@ -226,19 +227,18 @@ class EnvRunner(Restartable):
         ep.buf = TokenBuffer(list(p.ids), list(p.loss_mask), list(p.logprobs), list(p.token_weight))
         ep.versions = list(req.turn_versions)  # the corrected turn's is appended below
         start = len(ep.buf)
-        self._advance(ep, [], {"token_ids": req.ids, "logprobs": req.logprobs, "finish_reason": "stop",
-                               "version": req.version}, int(self.policy["max_model_len"]))
+        self._advance(ep, [], Generation(req.ids, req.logprobs, "stop", req.version), int(self.policy["max_model_len"]))
         ep.buf.token_weight[start:start + len(req.ids)] = list(req.token_weight)
         ep.intervened_step = len(req.actions)
         ep.corrected_span = (start, start + len(req.ids))
         return ep
 
-    def _play(self, episodes: list[Episode], sampling: dict) -> list[Trajectory]:
+    def _play(self, episodes: list[Episode], sampling: SamplingParams) -> list[Trajectory]:
         while not all(ep.done for ep in episodes):
             self._turn(episodes, sampling)
         return [self._finish(ep) for ep in episodes]
 
-    def _turn(self, episodes: list[Episode], sampling: dict) -> None:
+    def _turn(self, episodes: list[Episode], sampling: SamplingParams) -> None:
         """One turn of every live episode: their generation prompts go to the engines as one
         batch, then each env steps on its reply."""
         max_len = int(self.policy["max_model_len"])
@@ -266,12 +266,12 @@ class EnvRunner(Restartable):
         return ep.result(time.perf_counter() - ep.started, drift)
 
     def _advance(self, ep: Episode, gen_prompt: list[int], gen: dict, max_len: int) -> None:
-        ids, lps = gen["token_ids"], gen["logprobs"]
+        ids, lps = gen.token_ids, gen.logprobs
         ep.buf.append_context(gen_prompt)
         start = len(ep.buf)
         ep.buf.append_generated(ids, lps)
         ep.turn_spans.append((start, len(ep.buf)))
-        ep.versions.append(gen["version"])
+        ep.versions.append(gen.version)
         ep.buf.append_context(self.renderer.close_assistant_ids(ids))
         text = self.renderer.decode_turn(ids)["text"]
         ep.actions.append(text)
@@ -283,7 +283,7 @@ class EnvRunner(Restartable):
             ep.done = True
             return
         ep.messages.append(self.renderer.decode_text(text))
-        if gen["finish_reason"] == "length" and len(ep.buf) >= max_len - 1:
+        if gen.finish_reason == "length" and len(ep.buf) >= max_len - 1:
             truncated = ep.context_truncated = True
         if terminated or truncated:
             value = finite_number(reward)

@@ -37,9 +37,9 @@ def evaluate(driver, split: str | None = None, num_tasks: int | None = None, met
         ids = ids[:n_tasks] if n_tasks else ids
     specs = [EpisodeSpec(tid, j, driver.config["debugging"]["seed"], f"eval-{driver.iteration}", split)
              for tid in ids for j in range(e["num_samples"])]
-    sampling = driver._sampling(temperature=e["temperature"])
+    sampling = driver.rollouts.sampling(temperature=e["temperature"])
     t0 = time.perf_counter()
-    trajectories = driver._sample(specs, sampling)
+    trajectories = driver.rollouts.play(specs, sampling)
     env = driver.config["environment"]["env"]
     env_name = env if isinstance(env, str) else "custom"
     if record_path is not None:

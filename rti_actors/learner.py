@@ -69,11 +69,6 @@ DEFAULTS = {
 }
 
 
-# What update() checks and reads: policy_version is bookkeeping the loss never looks at,
-# off_policy (LUFFY's teacher traces) is False and token_advantages (OPD's) None when absent, so
-# hand-built samples (tests, SFT demonstrations) may leave them out.
-OPTIONAL_KEYS = ("policy_version", "off_policy", "token_advantages")
-SAMPLE_KEYS = tuple(k for k in LearnerSample.__annotations__ if k not in OPTIONAL_KEYS)
 # fp16 is left out on purpose: it needs loss scaling, which the torch loop does not do.
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 _CHECKPOINT_TAG = "learner"
@@ -123,28 +118,34 @@ def shard_by_tokens(samples: list, num_shards: int) -> list[list]:
     if num_shards < 1:
         raise ValueError(f"num_shards must be >= 1, got {num_shards}")
     loads, members = [0] * num_shards, [[] for _ in range(num_shards)]
-    for i in sorted(range(len(samples)), key=lambda i: (-len(samples[i]["ids"]), i)):
+    for i in sorted(range(len(samples)), key=lambda i: (-len(samples[i].ids), i)):
         k = min(range(num_shards), key=lambda j: (loads[j], j))
         members[k].append(i)
-        loads[k] += len(samples[i]["ids"])
+        loads[k] += len(samples[i].ids)
     return [[samples[i] for i in sorted(m)] for m in members]
 
 
-def check_samples(samples: list[dict]) -> None:
+def check_samples(samples: list) -> list[LearnerSample]:
+    """The samples as ``LearnerSample`` (a mapping with its field names is taken too), each
+    with one entry per id in every per-token list and no loss on the first token."""
     if not samples:
         raise ValueError("update() needs at least one sample")
+    out = []
     for k, s in enumerate(samples):
-        missing = [key for key in SAMPLE_KEYS if key not in s]
-        if missing:
-            raise ValueError(f"sample {k} lacks {missing}; each sample needs {list(SAMPLE_KEYS)}")
-        n = len(s["ids"])
+        try:
+            s = LearnerSample.of(s)
+        except ValueError as e:
+            raise ValueError(f"sample {k} {e}") from None
+        n = len(s.ids)
         bad = [key for key in ("loss_mask", "behaviour_logprobs", "token_weight", "token_advantages")
-               if s.get(key) is not None and len(s[key]) != n]
+               if getattr(s, key) is not None and len(getattr(s, key)) != n]
         if bad:
             raise ValueError(f"sample {k}: {bad} must have one entry per id ({n} ids)")
-        if n and s["loss_mask"][0]:
+        out.append(s)
+        if n and s.loss_mask[0]:
             raise ValueError(f"sample {k}: loss_mask[0] is 1, but the first token has no context to be "
                              "predicted from; trajectories start with prompt tokens (mask 0)")
+    return out
 
 
 def _free_port() -> int:
@@ -342,7 +343,7 @@ class Learner:
         dist.all_reduce(t, op=dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX)
         return t.tolist()
 
-    def _row_tensors(self, samples: list[dict], row: Row) -> dict:
+    def _row_tensors(self, samples: list[LearnerSample], row: Row) -> dict:
         """The row's lines as [lines, width] tensors, right-padded: token ids, position ids (a
         segment's restart at its start in the sample), loss mask, behaviour log-probs, token
         weights, each token's advantage (the sample's, or OPD's per token) and sequence index (for
@@ -360,15 +361,15 @@ class Learner:
             at, line_spans = 0, []
             for seg in line:
                 s, sl = samples[seg.sample], slice(at, at + seg.length)
-                ids[i, sl] = torch.tensor(s["ids"][seg.start:], dtype=torch.long)
+                ids[i, sl] = torch.tensor(s.ids[seg.start:], dtype=torch.long)
                 pos[i, sl] = torch.arange(seg.start, seg.start + seg.length)
-                mask[i, sl] = torch.tensor(s["loss_mask"][seg.start:], dtype=torch.bool)
-                blp[i, sl] = torch.tensor(s["behaviour_logprobs"][seg.start:], dtype=torch.float32)
-                tw[i, sl] = torch.tensor(s["token_weight"][seg.start:], dtype=torch.float32)
-                token_adv = s.get("token_advantages")
-                adv[i, sl] = (float(s["advantage"]) if token_adv is None
+                mask[i, sl] = torch.tensor(s.loss_mask[seg.start:], dtype=torch.bool)
+                blp[i, sl] = torch.tensor(s.behaviour_logprobs[seg.start:], dtype=torch.float32)
+                tw[i, sl] = torch.tensor(s.token_weight[seg.start:], dtype=torch.float32)
+                token_adv = s.token_advantages
+                adv[i, sl] = (float(s.advantage) if token_adv is None
                               else torch.tensor(token_adv[seg.start:], dtype=torch.float32))
-                off[i, sl] = bool(s.get("off_policy", False))
+                off[i, sl] = bool(s.off_policy)
                 seq[i, sl] = k
                 line_spans.append((at, seg.length))
                 at, k = at + seg.length, k + 1
@@ -398,7 +399,7 @@ class Learner:
         logp, entropy = scored if self.plugin.with_entropy else (scored, None)
         return self.plugin.loss(logp, batch, self.config, normaliser, entropy)
 
-    def _passes(self, samples: list[dict], layout: Layout, normaliser: float, objective: str):
+    def _passes(self, samples: list[LearnerSample], layout: Layout, normaliser: float, objective: str):
         """Yield (tensor to backward, loss stats or None) per backward pass of the layout.
 
         A shared prefix runs forward first; its keys and values become leaves that the rows
@@ -433,16 +434,16 @@ class Learner:
         """
         t0 = time.perf_counter()
         if samples or self.world_size == 1:  # a rank of a group may get no sample (fewer samples than ranks)
-            check_samples(samples)
+            samples = check_samples(samples)
         c = self.config
         objective = objective or c["algorithm"]
         if objective not in (c["algorithm"], "sft"):
             raise ValueError(f"unknown objective {objective!r}; this learner trains {c['algorithm']!r} or 'sft' "
                              "(the warm start's cross-entropy)")
-        layout = plan([s["ids"] for s in samples], [s["loss_mask"] for s in samples], c["micro_batch_tokens"],
+        layout = plan([s.ids for s in samples], [s.loss_mask for s in samples], c["micro_batch_tokens"],
                       pack=c["pack_sequences"], share=c["share_prefix"])
-        tokens = sum(sum(1 for m in s["loss_mask"] if m) for s in samples)
-        seqs = sum(1 for s in samples if any(s["loss_mask"]))
+        tokens = sum(sum(1 for m in s.loss_mask if m) for s in samples)
+        seqs = sum(1 for s in samples if any(s.loss_mask))
         tokens, seqs, n_samples = self._all_reduce([float(tokens), float(seqs), float(len(samples))])
         (n_passes,) = self._all_reduce([float(layout.passes)], op="max")
         normaliser = seqs if objective != "sft" and self.plugin.normaliser == "sequences" else tokens
@@ -468,7 +469,7 @@ class Learner:
                 # This rank ran out of passes: a zero-loss pass keeps the collective
                 # gathers/reductions of ZeRO in step with the other ranks.
                 filler = samples[:1] or [self._filler_sample()]
-                loss = self._loss(self._row_tensors(filler, Row([[Segment(0, 0, len(filler[0]["ids"]))]])),
+                loss = self._loss(self._row_tensors(filler, Row([[Segment(0, 0, len(filler[0].ids))]])),
                                   normaliser, objective)[0] * 0.0
             elif stats is not None:
                 add_stats(totals, stats)
@@ -486,7 +487,7 @@ class Learner:
         if objective != "sft":
             keys += self.plugin.loss_stats
         loss_sum, processed, *summed = self._all_reduce(
-            [loss_sum, float(sum(len(s["ids"]) for s in samples))] + [totals.get(k, 0.0) for k in keys])
+            [loss_sum, float(sum(len(s.ids) for s in samples))] + [totals.get(k, 0.0) for k in keys])
         if self.device.type == "cpu":
             release_host_memory()
         seconds = time.perf_counter() - t0
@@ -495,13 +496,12 @@ class Learner:
                 "step": self.step, "lr": float(lr if lr is not None else self.optimizer.param_groups[0]["lr"]),
                 "seconds": seconds, "tokens_per_s": processed / seconds, "skipped": not stepped, "nonfinite": not stepped,
                 "host_rss_gib": psutil.Process().memory_info().rss / 2**30,
-                **layout.stats([len(s["ids"]) for s in samples])}
+                **layout.stats([len(s.ids) for s in samples])}
 
-    def _filler_sample(self) -> dict:
+    def _filler_sample(self) -> LearnerSample:
         # The input of a rank's zero-loss passes when its shard is empty: any finite loss
         # times 0 will do, so two pad tokens with one (finite, zero-advantage) loss token.
-        return {"ids": [self.pad_id] * 2, "loss_mask": [0, 1], "behaviour_logprobs": [0.0, 0.0],
-                "token_weight": [1.0, 1.0], "advantage": 0.0}
+        return LearnerSample([self.pad_id] * 2, [0, 1], [0.0, 0.0], [1.0, 1.0], 0.0)
 
     def _optimizer_step(self, lr: float | None = None) -> tuple[float, bool]:
         c = self.config
@@ -714,8 +714,8 @@ ZERO_ADVANTAGE = 1e-5
 def has_advantage(group: list[LearnerSample]) -> bool:
     """True when some sample of the group has a non-zero advantage (rewards differed; with
     OPD's per-token advantages, some token's is non-zero: the teacher disagreed somewhere)."""
-    return any(abs(s["advantage"]) > ZERO_ADVANTAGE if s.get("token_advantages") is None
-               else any(abs(a) > ZERO_ADVANTAGE for a in s["token_advantages"]) for s in group)
+    return any(abs(s.advantage) > ZERO_ADVANTAGE if s.token_advantages is None
+               else any(abs(a) > ZERO_ADVANTAGE for a in s.token_advantages) for s in group)
 
 
 def pull(queue, max_groups: int, current_version: int, skip_zero_variance: bool) -> tuple[list, dict]:
@@ -726,7 +726,7 @@ def pull(queue, max_groups: int, current_version: int, skip_zero_variance: bool)
     token-mean loss, and on a CPU its forward/backward is most of the step (most groups of
     a weak policy fail entirely)."""
     incarnation, groups = ray.get(queue.get.remote(max_groups, current_version))
-    kept = [g for g in groups if g and (has_advantage(g) or not skip_zero_variance)]
+    kept = [g for g in map(check_samples, filter(None, groups)) if has_advantage(g) or not skip_zero_variance]
     return [s for g in kept for s in g], {"num_groups": len(groups), "num_groups_trained": len(kept),
                                           "queue_incarnation": incarnation}
 
@@ -754,7 +754,7 @@ class QueueLearner(Learner, Restartable):
         each shard goes from here to its rank through the object store, not the driver)."""
         samples, counts = pull(queue, max_groups, current_version, skip_zero_variance)
         if samples:
-            check_samples(samples)  # here, once: a rank that failed alone would leave the others in a collective
+            samples = check_samples(samples)  # here, once: a rank that failed alone would leave the others in a collective
         return [*shard_by_tokens(samples, num_shards), counts]
 
     def update_shard(self, shard: list, counts: dict) -> dict:

@@ -124,7 +124,7 @@ class LearnerGroup:
     def update(self, samples: list[dict], objective: str | None = None, lr: float | None = None) -> dict:
         """One optimiser step on ``samples`` split over the ranks (``Learner.update``'s metrics)."""
         self._settle()
-        check_samples(samples)
+        samples = check_samples(samples)
         shards = shard_by_tokens(samples, self.num_learners)
         return self._wait_all([a.update.remote(s, objective, lr) for a, s in zip(self.ranks, shards)])
 

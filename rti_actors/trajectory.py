@@ -12,8 +12,7 @@ evidence never travel to the learner. See docs/ARCHITECTURE.md for the data flow
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TypedDict
+from dataclasses import MISSING, dataclass, field, fields
 
 
 @dataclass(frozen=True)
@@ -108,7 +107,8 @@ class Trajectory:
         return float(p) if isinstance(p, (int, float)) else 0.0
 
 
-class LearnerSample(TypedDict):
+@dataclass
+class LearnerSample:
     """One trajectory as the learner trains on it, and all the replay queue carries.
 
     ``ids`` is the whole token sequence (prompt, completions, tool results); ``loss_mask`` is 1
@@ -116,10 +116,10 @@ class LearnerSample(TypedDict):
     engine's log-probs of those tokens at the rollout temperature (0 off the mask);
     ``token_weight`` scales each token's advantage (1 except for RTI's reweighted tokens);
     ``advantage`` is the trajectory's group-normalised advantage; ``policy_version`` is the
-    weights version that sampled it; ``off_policy`` marks a teacher's trace (LUFFY), whose
-    tokens the learner trains with the shaped objective instead of the clipped ratio;
-    ``token_advantages`` (OPD), when not None, is one advantage per id and replaces
-    ``advantage`` token by token. Plain dicts, so they cross the object store cheaply.
+    weights version that sampled it (bookkeeping the loss never reads); ``off_policy`` marks
+    a teacher's trace (LUFFY), whose tokens the learner trains with the shaped objective
+    instead of the clipped ratio; ``token_advantages`` (OPD), when not None, is one advantage
+    per id and replaces ``advantage`` token by token.
     """
 
     ids: list[int]
@@ -127,9 +127,21 @@ class LearnerSample(TypedDict):
     behaviour_logprobs: list[float]
     token_weight: list[float]
     advantage: float
-    policy_version: int
-    off_policy: bool
-    token_advantages: list[float] | None
+    policy_version: int = 0
+    off_policy: bool = False
+    token_advantages: list[float] | None = None
+
+    @classmethod
+    def of(cls, s) -> LearnerSample:
+        """``s`` itself, or the sample a mapping with these keys describes (extra keys, such
+        as a demonstration's messages, are left out)."""
+        if isinstance(s, cls):
+            return s
+        names = [f.name for f in fields(cls)]
+        missing = [k for k in names if k not in s and fields(cls)[names.index(k)].default is MISSING]
+        if missing:
+            raise ValueError(f"lacks {missing}; a sample needs {[f.name for f in fields(cls) if f.default is MISSING]}")
+        return cls(**{k: s[k] for k in names if k in s})
 
 
 def learner_sample(t: Trajectory) -> LearnerSample:

@@ -59,7 +59,7 @@ class WarmStart:
         for k in range(done, len(steps)):
             epoch, order = steps[k]
             m = d.learner.update([samples[j] for j in order], "sft", s["lr"])
-            d.learner_step = m["step"]
+            d.updates.learner_step = m["step"]
             m["epoch"] = epoch
             d.reporter.log("sft", m["step"], m)
             losses.append(m["loss"])
@@ -69,7 +69,7 @@ class WarmStart:
             if k + 1 == len(steps):
                 if s["reset_optimizer"]:
                     d.learner.reset_optimizer_state()
-                d._publish()
+                d.updates.publish()
             if s["checkpoint_every"] and ((k + 1) % s["checkpoint_every"] == 0 or k + 1 == len(steps)):
                 d.save(periodic_path(d.run_dir, d.iteration, sft_step=k + 1))
                 prune(d.run_dir, d.config["checkpointing"]["keep"])

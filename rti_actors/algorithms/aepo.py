@@ -28,7 +28,7 @@ class AEPO(AlgorithmPlugin):
 
     def setup(self, driver) -> None:
         settings = AepoSettings.from_config(self.config, len(driver.renderer.tokenizer))
-        self.brancher = EntropyBalancedRollout(settings, lambda specs: driver.play(specs), driver.play_branches)
+        self.brancher = EntropyBalancedRollout(settings, lambda specs: driver.play(specs), driver.rollouts.play_branches)
 
     def sample(self, driver) -> tuple[list, object, dict]:
         # global rollouts, then branches in rounds: never launched ahead of the update

@@ -44,7 +44,7 @@ class AlgorithmPlugin:
         tokens at the rollout temperature (0 elsewhere); ``batch``: blp (behaviour log-probs),
         adv (per-token advantages), tw (token weights), mask, off (off-policy rows), seq
         (sequence index per token in a packed row); ``settings``: the learner's settings
-        (``rti_actors.config.learner_settings``); ``normaliser``: the global token or
+        (``rti_actors.options.learner_settings``); ``normaliser``: the global token or
         sequence count. ``stats``: sums (see ``rti_actors.losses.finish_stats``)."""
         raise NotImplementedError("an algorithm plug-in must define loss()")
 

@@ -32,6 +32,7 @@ import ray
 
 from envs.tool_calls import parse_tool_calls
 from policies.chat import TokenBuffer
+from policies.engines import SamplingParams
 from rti_actors.env_runner import Continuation, ReplayFailure, request_seed
 from rti_actors.groups import all_failed, assemble, is_learnable
 from rti_actors.rti.gate import passes_gate, perplexity, token_weights
@@ -70,7 +71,7 @@ class Intervention:
     V1/V3 (the policy by default, whoever validates); ``gate``: ``score_many``; ``runners``:
     ``continue_from``; ``facts``: the env's ``verifier_facts()``."""
 
-    def __init__(self, cfg: dict, *, roles: list, verifiers: list, gate, runners: list, renderer, sampling: dict,
+    def __init__(self, cfg: dict, *, roles: list, verifiers: list, gate, runners: list, renderer, sampling: SamplingParams,
                  seed: int, facts: dict | None = None):
         self.cfg = cfg
         self.roles, self.verifiers = list(roles), list(verifiers)

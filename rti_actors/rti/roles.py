@@ -23,6 +23,7 @@ from pathlib import Path
 from envs.openai_client import OpenAIChatClient
 from envs.tool_calls import format_assistant_turn
 from policies.chat import valid_text
+from policies.engines import SamplingParams
 from rti_actors.faults import Restartable
 from rti_actors.rti.records import Attempt, CorrectQuery, Finding, ValidateQuery, VerifyQuery
 from rti_actors.rti.verdicts import parse_validator, parse_verifier
@@ -154,14 +155,14 @@ class RoleActor(Restartable):
                 except Exception as e:  # timeouts, garbage: the candidate is skipped and counted
                     out.append(Attempt("", None, False, error=f"{type(e).__name__}: {e}"))
             return out
-        sampling = {"max_tokens": self.max_role_tokens, "temperature": temperature}
+        sampling = SamplingParams(max_tokens=self.max_role_tokens, temperature=temperature, json_schema=schema)
         if schema is not None:
-            sampling["json_schema"], prefix = schema, ""
+            prefix = ""
         head = self.tokenizer.encode(prefix, add_special_tokens=False) if prefix else []
         gens = self.provider.generate([self._prompt_ids(t) + head for t in texts], sampling, seeds)
         eos = self.tokenizer.eos_token_id
-        return [Attempt(prefix + self.tokenizer.decode([i for i in g["token_ids"] if i != eos]), g["token_ids"],
-                        g["finish_reason"] == "stop") for g in gens]
+        return [Attempt(prefix + self.tokenizer.decode([i for i in g.token_ids if i != eos]), g.token_ids,
+                        g.finish_reason == "stop") for g in gens]
 
     # ---- roles ----------------------------------------------------------------------------
     def validate(self, queries: list[ValidateQuery]) -> list[Finding]:

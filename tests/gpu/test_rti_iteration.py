@@ -69,7 +69,7 @@ def test_one_rti_iteration_on_one_gpu(ray_gpu, tiny_model_path, tmp_path):
         assert ray.get(algo.engines[0].version.remote()) == 1
         assert "rti/triggered_groups" in first  # the RTI funnel ran
         seconds = first["seconds"]
-        record(f"rti iteration 1 ({engine})", build_s=build_s, iter_s=iter1_s, weight_sync=algo.weight_sync,
+        record(f"rti iteration 1 ({engine})", build_s=build_s, iter_s=iter1_s, weight_sync=algo.updates.weight_sync,
                episodes=first["num_episodes"], reward_mean=first["reward_mean"], loss=learn["loss"],
                learner_tokens_per_s=learn.get("tokens_per_s"), gen_tokens=first["gen_tokens"],
                sample_s=seconds.get("sample"), intervene_s=seconds.get("intervene"), learn_s=seconds.get("learn"),

@@ -63,8 +63,8 @@ def test_one_iteration_branches_within_the_budget_trains_and_checkpoints(ray_clu
     seen, samples = [], []
     assign = plugin_base.assign_advantages
     monkeypatch.setattr(plugin_base, "assign_advantages", lambda g: seen.append(assign(g)) or g)
-    start = algo._start_update
-    algo._start_update = lambda s, v: samples.extend(x for g in s for x in g) or start(s, v)
+    start = algo.updates.start
+    algo.updates.start = lambda s, v: samples.extend(x for g in s for x in g) or start(s, v)
     try:
         m = algo.train()
         assert len(seen) == 2 and m["aepo/replay_errors"] == 0
@@ -98,7 +98,7 @@ def test_one_iteration_branches_within_the_budget_trains_and_checkpoints(ray_clu
 
 def test_a_runner_that_dies_while_branching_loses_no_branch(ray_cluster, tiny_model_path, tmp_path, monkeypatch):
     # Ray does not retry the call here (max_task_retries=0), so the driver's own retry path in
-    # _branch is what plays the lost shard again, on the next runner; seeded branches make the
+    # Rollouts.play_branches is what plays the lost shard again, on the next runner; seeded branches make the
     # disturbed iteration equal to an undisturbed one.
     from tests.integration.test_faults import _kill_after_send, train_disturbed
 
@@ -107,7 +107,7 @@ def test_a_runner_that_dies_while_branching_loses_no_branch(ray_cluster, tiny_mo
                                                                                          max_task_retries=0)
 
     def disturb(algo):
-        algo.runners = [_kill_after_send(algo.runners[0], "continue_from"), *algo.runners[1:]]
+        algo.rollouts.runners = [_kill_after_send(algo.runners[0], "continue_from"), *algo.runners[1:]]
 
     want, got = train_disturbed(config, disturb)
     assert got["faults/redone/rollout_chunks"] >= 1 and got["faults/restarts/env_runner"] == 1

@@ -186,7 +186,7 @@ def test_async_rollouts_overlap_learning_and_report_their_lag(ray_cluster, flat_
     algo = _config(flat_model, tmp_path, max_policy_lag=1).build()
     try:
         ms = [algo.train() for _ in range(3)]
-        assert algo._next is not None  # the fourth iteration's rollouts are already running
+        assert algo.next_launch is not None  # the fourth iteration's rollouts are already running
     finally:
         algo.stop()
     assert [m["policy_version"] for m in ms] == [1, 2, 3]
@@ -206,12 +206,12 @@ def test_killed_env_runner_loses_no_episode(ray_cluster, flat_model, tmp_path):
     try:
         specs = [EpisodeSpec(f"train-{i % 4}", i) for i in range(16)]
         # a restarted runner: Ray runs its call again there
-        refs = algo.runners[0].sample.remote(specs[:8], algo._sampling())
+        refs = algo.runners[0].sample.remote(specs[:8], algo.rollouts.sampling())
         ray.kill(algo.runners[0], no_restart=False)
         assert [(t.task_id, t.sample_index) for t in ray.get(refs)] == [(s.task_id, s.sample_index) for s in specs[:8]]
         # a runner gone for good: the driver moves its chunks to the others
         ray.kill(algo.runners[1], no_restart=True)
-        out = algo._sample(specs, algo._sampling())
+        out = algo.rollouts.play(specs)
         assert sorted((t.task_id, t.sample_index) for t in out) == sorted((s.task_id, s.sample_index) for s in specs)
         m = algo.train()
         assert m["num_episodes"] == 8 and m["faults/redone/rollout_chunks"] >= 2
@@ -313,7 +313,7 @@ def test_publish_installs_the_learners_weights(ray_cluster, flat_model, tmp_path
     algo = (_config(flat_model, tmp_path, lr=1e-3).policy(dtype=dtype)
             .learners(weight_sync=weight_sync).build())
     try:
-        assert algo.weight_sync == weight_sync
+        assert algo.updates.weight_sync == weight_sync
         if weight_sync == "broadcast":
             # what the learner process listens on besides Ray's own worker port (its process
             # group's store, the weight group's): loopback or the node's own Ray address, never

@@ -28,7 +28,7 @@ def test_one_rti_iteration_on_claw_eval(ray_cluster, tiny_model_path, tmp_path):
             .build())
     try:
         assert sorted(algo.train_ids) == JUDGE_FREE
-        traj = algo._sample([EpisodeSpec(JUDGE_FREE[0])], algo._sampling())[0]
+        traj = algo.rollouts.play([EpisodeSpec(JUDGE_FREE[0])])[0]
         m = algo.train()
     finally:
         algo.stop()

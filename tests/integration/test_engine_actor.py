@@ -1,14 +1,15 @@
 """The engine actor merges concurrent ``generate`` calls without changing their results."""
 
 import random
+from dataclasses import replace
 
 import pytest
 import ray
 
-from policies.engines import PromptTooLongError
+from policies.engines import PromptTooLongError, SamplingParams
 from rti_actors.engine_actor import EngineActor, EnginePool, explicit_seeds
 
-GREEDY = {"max_tokens": 6, "temperature": 0.0}
+GREEDY = SamplingParams(max_tokens=6, temperature=0.0)
 REQUESTS = ([[1, 2, 3, 4]], [[5, 6, 7], [8, 9]], [[10, 11, 12]])  # prompts per caller
 
 
@@ -27,7 +28,7 @@ def merged(ray_cluster, tiny_model_path):
 
 
 def _tokens(gens):
-    return [g["token_ids"] for g in gens]
+    return [g.token_ids for g in gens]
 
 
 def test_concurrent_requests_become_one_engine_call_with_unchanged_results(merged, tiny_model_path):
@@ -50,39 +51,39 @@ def test_concurrent_requests_become_one_engine_call_with_unchanged_results(merge
 def test_different_sampling_settings_are_not_merged(merged):
     before = ray.get(merged.get_stats.remote())
     a = merged.generate.remote([[1, 2, 3]], GREEDY)
-    b = merged.generate.remote([[1, 2, 3]], {**GREEDY, "max_tokens": 3})
-    c = merged.generate.remote([[4, 5, 6]], {**GREEDY, "seed": 11})  # the seed is per prompt: merges with a
+    b = merged.generate.remote([[1, 2, 3]], replace(GREEDY, max_tokens=3))
+    c = merged.generate.remote([[4, 5, 6]], replace(GREEDY, seed=11))  # the seed is per prompt: merges with a
     _, gb, _ = ray.get([a, b, c])
     after = ray.get(merged.get_stats.remote())
     assert after["generate_engine_calls"] - before["generate_engine_calls"] == 2
-    assert len(gb[0]["token_ids"]) <= 3
+    assert len(gb[0].token_ids) <= 3
 
 
 def test_a_bad_request_fails_alone(merged):
     good = merged.generate.remote([[1, 2, 3]], GREEDY)
     too_long = merged.generate.remote([list(range(1, 70))], GREEDY)
-    bad_sampling = merged.generate.remote([[1, 2, 3]], {**GREEDY, "temperature": -1})
-    assert len(ray.get(good)[0]["token_ids"]) > 0
+    untyped = merged.generate.remote([[1, 2, 3]], {"max_tokens": 6, "temperature": 0.0})
+    assert len(ray.get(good)[0].token_ids) > 0
     with pytest.raises(PromptTooLongError):
         try:
             ray.get(too_long)
         except ray.exceptions.RayTaskError as e:
             raise e.as_instanceof_cause()
-    with pytest.raises(ValueError, match="temperature"):
+    with pytest.raises(TypeError, match="sampling must be a policies.engines.SamplingParams, got dict"):
         try:
-            ray.get(bad_sampling)
+            ray.get(untyped)
         except ray.exceptions.RayTaskError as e:
             raise e.as_instanceof_cause()
 
 
 def test_explicit_seeds():
     rng = random.Random(0)
-    assert explicit_seeds(2, {}, [5, 6], rng) == [5, 6]
-    assert explicit_seeds(3, {"seed": 10}, None, rng) == [10, 11, 12]
-    unseeded = explicit_seeds(3, {}, None, rng)
-    assert len(set(unseeded)) == 3 and unseeded != explicit_seeds(3, {}, None, rng)
+    assert explicit_seeds(2, SamplingParams(), [5, 6], rng) == [5, 6]
+    assert explicit_seeds(3, SamplingParams(seed=10), None, rng) == [10, 11, 12]
+    unseeded = explicit_seeds(3, SamplingParams(), None, rng)
+    assert len(set(unseeded)) == 3 and unseeded != explicit_seeds(3, SamplingParams(), None, rng)
     with pytest.raises(ValueError, match="one seed per prompt"):
-        explicit_seeds(2, {}, [1], rng)
+        explicit_seeds(2, SamplingParams(), [1], rng)
 
 
 @ray.remote(num_cpus=0)

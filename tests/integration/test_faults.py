@@ -110,7 +110,7 @@ def test_every_actor_kind_crashes_mid_iteration_and_nothing_is_lost(ray_cluster,
         assert _probe(engine) == pytest.approx(before, abs=1e-6)
         assert ray.get(engine.version.remote()) == algo.version == 3
         # 4: the learner dies during its step; rebuilt from the checkpoint of iteration 2
-        _once(algo, "_start_update", after=lambda out: ray.kill(algo.learner.ranks[0], no_restart=True))
+        _once(algo.updates, "start", after=lambda out: ray.kill(algo.learner.ranks[0], no_restart=True))
         got.append(algo.train())
     finally:
         algo.stop()

@@ -132,7 +132,7 @@ def test_algorithm_with_two_learner_ranks(ray_cluster, tmp_path):
             .learners(num_learners=2, zero_stage=3, weight_sync="broadcast", num_threads_per_learner=1)
             .reporting(run_dir=str(tmp_path / "runs"), run_name="two", tensorboard=False, plot=False).build())
     try:
-        assert len(algo.learner.ranks) == 2 and algo.weight_sync == "broadcast"
+        assert len(algo.learner.ranks) == 2 and algo.updates.weight_sync == "broadcast"
         m = algo.train()
         assert not m["learner"]["skipped"] and m["learner"]["num_samples"] == 8 and m["policy_version"] == 1
         assert ray.get([e.version.remote() for e in algo.engines]) == [1]

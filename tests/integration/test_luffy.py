@@ -52,8 +52,8 @@ def test_oracle_traces_join_each_group_and_train_with_it(ray_cluster, long_tiny_
     seen, samples = [], []
     assign = plugin_base.assign_advantages
     monkeypatch.setattr(plugin_base, "assign_advantages", lambda g: seen.append(assign(g)) or g)
-    start = algo._start_update
-    algo._start_update = lambda s, v: samples.extend(s) or start(s, v)
+    start = algo.updates.start
+    algo.updates.start = lambda s, v: samples.extend(s) or start(s, v)
     try:
         result = algo.train()
         assert len(seen) == 2 and result["luffy/teacher_traces"] == 2 and result["luffy/teacher_missing"] == 0
@@ -74,7 +74,7 @@ def test_oracle_traces_join_each_group_and_train_with_it(ray_cluster, long_tiny_
             assert result["luffy/groups_given_signal"] == 2 and result["pre_intervention_pass_at_G"] == 0.0
         assert result["num_episodes"] == 2  # the metrics count the policy's own episodes only
         # the learner got the off-policy flag and trained on both kinds of tokens
-        assert [[s["off_policy"] for s in g] for g in samples] == [[False, True]] * 2
+        assert [[s.off_policy for s in g] for g in samples] == [[False, True]] * 2
         learn = result["learner"]
         assert not learn["skipped"] and learn["num_samples"] == 4 and learn["step"] == 1
         assert learn["teacher_tokens"] == sum(sum(g[1].loss_mask) for g in seen)

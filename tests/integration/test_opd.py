@@ -40,8 +40,8 @@ def _prompt_ids(model_path) -> list[int]:
 def _captured(algo) -> list:
     """Every learner sample the driver queues, by wrapping its update."""
     samples = []
-    start = algo._start_update
-    algo._start_update = lambda s, v: samples.extend(x for g in s for x in g) or start(s, v)
+    start = algo.updates.start
+    algo.updates.start = lambda s, v: samples.extend(x for g in s for x in g) or start(s, v)
     return samples
 
 
@@ -55,10 +55,10 @@ def test_teacher_equal_to_student_gives_zero_advantages_and_moves_nothing(ray_cl
         after = ray.get(algo.engines[0].score.remote(*probe, 1.0))
     finally:
         algo.stop()
-    assert len(samples) == 8 and all(sum(s["loss_mask"]) > 0 for s in samples)
+    assert len(samples) == 8 and all(sum(s.loss_mask) > 0 for s in samples)
     # both models score the same ids the same way: every advantage is 0, not merely small
-    assert {a for s in samples for a in s["token_advantages"]} == {0.0}
-    assert m["opd/reverse_kl"] == 0.0 and m["opd/scored_tokens"] == sum(sum(s["loss_mask"]) for s in samples)
+    assert {a for s in samples for a in s.token_advantages} == {0.0}
+    assert m["opd/reverse_kl"] == 0.0 and m["opd/scored_tokens"] == sum(sum(s.loss_mask) for s in samples)
     assert m["learner"]["skipped"] and m["learner"]["num_groups_trained"] == 0
     assert m["policy_version"] == 0 and before == after
 
@@ -152,28 +152,28 @@ def test_one_iteration_mixes_the_reward_checkpoints_and_restores(ray_cluster, ti
     finally:
         algo.stop()
     first = samples[:8]
-    assert sorted(s["advantage"] for s in first) == [(k - 3.5) / 4 for k in range(8)]
+    assert sorted(s.advantage for s in first) == [(k - 3.5) / 4 for k in range(8)]
     scorers = [make_engine("hf", student), make_engine("hf", tiny_model_path)]
     kls, total = [], 0
     for s in first:
-        start = s["loss_mask"].index(1)
-        ids = s["ids"]
+        start = s.loss_mask.index(1)
+        ids = s.ids
         lp_s, lp_t = (e.score([ids[:start]], [ids[start:]], 1.0)[0] for e in scorers)
         for j, (a, b) in enumerate(zip(lp_s, lp_t)):
             i = start + j
-            expected = (-(a - b) + 0.5 * s["advantage"]) if s["loss_mask"][i] else 0.0
-            assert s["token_advantages"][i] == pytest.approx(expected, abs=1e-4)
-            if s["loss_mask"][i]:
+            expected = (-(a - b) + 0.5 * s.advantage) if s.loss_mask[i] else 0.0
+            assert s.token_advantages[i] == pytest.approx(expected, abs=1e-4)
+            if s.loss_mask[i]:
                 kls.append(a - b)
-        assert s["token_advantages"][:start] == [0.0] * start
-        total += sum(s["loss_mask"])
+        assert s.token_advantages[:start] == [0.0] * start
+        total += sum(s.loss_mask)
     assert m["opd/reverse_kl"] == pytest.approx(sum(kls) / len(kls), abs=1e-4) and m["opd/scored_tokens"] == total
 
 
 def test_build_refuses_a_teacher_with_another_tokenizer_and_opd_without_a_teacher(ray_cluster, tiny_model_path,
                                                                                     tiny_family_models, tmp_path):
     qwen = tiny_family_models("qwen3")  # Qwen3's chat and tool tokens added: another vocabulary
-    with pytest.raises(ConfigError, match=r"teacher\(model=.*does not share the tokenizer.*vocabularies differ"):
+    with pytest.raises(ConfigError, match=r"opd\(model=.*does not share the tokenizer.*vocabularies differ"):
         _config(tiny_model_path, qwen, tmp_path, "mismatch").build()
-    with pytest.raises(ConfigError, match=r"algorithm='opd'\) needs a teacher.*teacher\(model="):
+    with pytest.raises(ConfigError, match=r"algorithm='opd'\) needs a teacher.*opd\(model="):
         _config(tiny_model_path, None, tmp_path, "none").build()

@@ -31,7 +31,7 @@ def _nav_config(model, tmp_path, name, **interventions):
 
 def _sample_groups(algo):
     specs = [EpisodeSpec(tid, j) for tid in algo.train_ids[:2] for j in range(2)]
-    return group_by_task(algo._sample(specs, algo._sampling()))
+    return group_by_task(algo.rollouts.play(specs))
 
 
 def test_rules_intervention_is_accepted_continued_and_trained(ray_cluster, tiny_model_path, tmp_path):
@@ -119,7 +119,7 @@ def test_leakage_canary_never_reaches_a_sample_or_prompt(ray_cluster, tiny_model
             for t in (t for g in new_groups for t in g):
                 assert canary not in tok.decode(t.ids)
             algo.train()
-        evals = algo._sample([EpisodeSpec("test-0", 0, 0, "e", "test")], algo._sampling())
+        evals = algo.rollouts.play([EpisodeSpec("test-0", 0, 0, "e", "test")])
         assert canary not in tok.decode(evals[0].ids)
     finally:
         algo.stop()

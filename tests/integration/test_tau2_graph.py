@@ -103,7 +103,7 @@ def test_tau2_llm_user_is_the_policy_engine(ray_cluster, long_model, tmp_path):
     try:
         assert algo.config["environment"]["env_config"] == env_config  # the saved config keeps plain strings
         tid = algo.train_ids[0]
-        traj = algo._sample([EpisodeSpec(tid)], algo._sampling())[0]
+        traj = algo.rollouts.play([EpisodeSpec(tid)])[0]
         # The same opening on the driver, with an EngineChat over the same engine: the user
         # turn in the runner's episode came from the policy's engine, not from a script.
         chat = EngineChat(algo.engines, algo.model_path, max_tokens=12, temperature=1.0)
@@ -137,7 +137,7 @@ def test_hard20_judged_by_the_policy(ray_cluster, tiny_model_path, tmp_path):
         chat = EngineChat(algo.engines, algo.model_path, max_tokens=10, temperature=1.0, seed=3)
         reply = chat.judge(QUESTION)
         tid = algo.train_ids[0]
-        traj = algo._sample([EpisodeSpec(tid)], algo._sampling())[0]
+        traj = algo.rollouts.play([EpisodeSpec(tid)])[0]
         m = algo.train()
     finally:
         algo.stop()

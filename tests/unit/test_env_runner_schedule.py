@@ -2,14 +2,14 @@
 holds up no other, so the engines see full batches and a wave never waits on its slowest."""
 
 from envs import Task, ToolEnv
-from policies.engines import make_engine
+from policies.engines import SamplingParams, make_engine
 from rti_actors.engine_actor import LocalEngines
 from rti_actors.env_runner import EnvRunner
 from rti_actors.options import DEFAULTS
 from rti_actors.trajectory import EpisodeSpec
 
 POLICY = {**DEFAULTS["policy"], "max_new_tokens": 4, "max_model_len": 1024}
-SAMPLING = {"max_tokens": 4, "temperature": 1.0, "top_p": 1.0}
+SAMPLING = SamplingParams(max_tokens=4, temperature=1.0, top_p=1.0)
 
 
 class TurnsEnv(ToolEnv):

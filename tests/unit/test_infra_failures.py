@@ -3,7 +3,7 @@ model's transformers engine, and environments whose grader or tool backend fails
 
 import pytest
 
-from policies.engines import make_engine
+from policies.engines import SamplingParams, make_engine
 from rti_actors.engine_actor import LocalEngines
 from rti_actors.env_runner import EnvRunner
 from rti_actors.groups import all_failed, scored_groups
@@ -12,7 +12,9 @@ from rti_actors.trajectory import EpisodeSpec
 from tests.integration.learnable_env import BadValuesEnv, FailingEnv
 
 POLICY = {**DEFAULTS["policy"], "max_new_tokens": 8, "max_model_len": 1024}
-SAMPLING = {"max_tokens": 8, "temperature": 1.0, "top_p": 1.0}
+SAMPLING = SamplingParams(max_tokens=8, temperature=1.0, top_p=1.0)
+
+
 @pytest.fixture(scope="module")
 def runner(tiny_model_path):
     engines = LocalEngines(make_engine("hf", tiny_model_path, max_model_len=1024))

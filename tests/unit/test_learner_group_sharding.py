@@ -2,22 +2,25 @@
 shards on, and the config checks of num_learners, gradient_checkpointing and offload."""
 
 import random
+from collections import namedtuple
 
 import pytest
 
 from rti_actors import learner as learner_module
 from rti_actors.config import RTIConfig
-from rti_actors.learner import Learner, QueueLearner
+from rti_actors.learner import Learner, LearnerSample, QueueLearner
 from rti_actors.learner_group import shard_by_tokens
 from rti_actors.options import ConfigError, learner_settings
 
+Tagged = namedtuple("Tagged", "ids tag")  # the splitter reads a sample's ids only
+
 
 def _samples(lengths):
-    return [{"ids": list(range(n)), "tag": i} for i, n in enumerate(lengths)]
+    return [Tagged(list(range(n)), i) for i, n in enumerate(lengths)]
 
 
 def _tokens(shard):
-    return sum(len(s["ids"]) for s in shard)
+    return sum(len(s.ids) for s in shard)
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -27,15 +30,15 @@ def test_shards_partition_the_batch_with_balanced_tokens(seed, n):
     samples = _samples([rng.randrange(5, 3000) for _ in range(rng.randrange(n, 40))])
     shards = shard_by_tokens(samples, n)
     assert len(shards) == n
-    assert sorted(s["tag"] for sh in shards for s in sh) == list(range(len(samples)))
+    assert sorted(s.tag for sh in shards for s in sh) == list(range(len(samples)))
     assert all(shards), "every rank gets a sample when there are at least as many samples as ranks"
     # greedy longest-first: a shard is over the mean by at most one sample, so the heaviest
     # and lightest differ by at most the longest sample
     loads = [_tokens(sh) for sh in shards]
-    assert max(loads) - min(loads) <= max(len(s["ids"]) for s in samples)
-    assert max(loads) <= sum(loads) / n + max(len(s["ids"]) for s in samples)
+    assert max(loads) - min(loads) <= max(len(s.ids) for s in samples)
+    assert max(loads) <= sum(loads) / n + max(len(s.ids) for s in samples)
     for sh in shards:  # batch order inside a shard
-        assert [s["tag"] for s in sh] == sorted(s["tag"] for s in sh)
+        assert [s.tag for s in sh] == sorted(s.tag for s in sh)
     assert shard_by_tokens(samples, n) == shards  # deterministic: every rank could recompute it
 
 
@@ -44,7 +47,7 @@ def test_balance_beats_an_even_sample_count_split():
     samples = _samples([1000] + [100] * 10)
     a, b = shard_by_tokens(samples, 2)
     assert {_tokens(a), _tokens(b)} == {1000}
-    assert [s["tag"] for s in a] == [0]
+    assert [s.tag for s in a] == [0]
 
 
 def test_one_shard_is_the_batch_itself():
@@ -56,7 +59,7 @@ def test_fewer_samples_than_ranks_leaves_the_last_ranks_empty():
     # those ranks run zero-loss passes (Learner.update); rank 0 always has a sample
     samples = _samples([30, 80])
     shards = shard_by_tokens(samples, 4)
-    assert [[s["tag"] for s in sh] for sh in shards] == [[1], [0], [], []]
+    assert [[s.tag for s in sh] for sh in shards] == [[1], [0], [], []]
     assert shard_by_tokens([], 3) == [[], [], []]
     with pytest.raises(ValueError, match="num_shards"):
         shard_by_tokens(samples, 0)
@@ -83,8 +86,8 @@ class _Rank:
 
 
 def _group(advantages, length):
-    return [{"ids": [1] * length, "loss_mask": [0] + [1] * (length - 1), "behaviour_logprobs": [0.0] * length,
-             "token_weight": [1.0] * length, "advantage": a, "policy_version": 0} for a in advantages]
+    return [LearnerSample([1] * length, [0] + [1] * (length - 1), [0.0] * length, [1.0] * length, a)
+            for a in advantages]
 
 
 def test_pull_shards_splits_the_trained_groups_and_every_rank_steps(monkeypatch):
@@ -113,7 +116,7 @@ def test_nothing_pulled_means_every_rank_skips(monkeypatch):
 def test_pull_shards_checks_samples_before_splitting(monkeypatch):
     monkeypatch.setattr(learner_module.ray, "get", lambda ref: ref)
     bad = _group([1.0, -1.0], 6)
-    bad[1]["loss_mask"] = bad[1]["loss_mask"][:-1]
+    bad[1].loss_mask = bad[1].loss_mask[:-1]
     with pytest.raises(ValueError, match="loss_mask"):
         _Rank().pull_shards(_Queue([bad]), 10, 0, True, 2)
 

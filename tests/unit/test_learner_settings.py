@@ -9,7 +9,7 @@ import torch
 from rti_actors import learner as learner_actor
 from rti_actors.config import RTIConfig
 from rti_actors.groups import group_advantages
-from rti_actors.learner import DEFAULTS, SAMPLE_KEYS, Learner, LearnerSample, QueueLearner
+from rti_actors.learner import DEFAULTS, Learner, LearnerSample, QueueLearner, check_samples
 from rti_actors.losses import GSPO_CLIP_EPS, gspo_loss
 from rti_actors.options import ConfigError, learner_settings
 
@@ -83,9 +83,16 @@ def test_learner_rejects_bad_gspo_clip_before_loading_a_model():
         Learner("/no/such/model", {"algorithm": "ppo"})
 
 
-def test_sample_keys_follow_learner_sample():
-    assert set(SAMPLE_KEYS) == set(LearnerSample.__annotations__) - {"policy_version", "off_policy",
-                                                                     "token_advantages"}
+def test_samples_are_typed_and_a_mapping_is_read_by_field_name():
+    typed = LearnerSample([1, 2, 3], [0, 1, 1], [0.0, -1.0, -1.0], [1.0] * 3, 0.5)
+    as_dict = {"ids": [1, 2, 3], "loss_mask": [0, 1, 1], "behaviour_logprobs": [0.0, -1.0, -1.0],
+               "token_weight": [1.0] * 3, "advantage": 0.5, "messages": ["extra keys are left out"]}
+    assert check_samples([typed, as_dict]) == [typed, typed]
+    assert (typed.policy_version, typed.off_policy, typed.token_advantages) == (0, False, None)
+    with pytest.raises(ValueError, match=r"sample 0 lacks \['advantage'\]"):
+        check_samples([{k: v for k, v in as_dict.items() if k != "advantage"}])
+    with pytest.raises(ValueError, match=r"sample 1: \['token_weight'\] must have one entry per id"):
+        check_samples([typed, {**as_dict, "token_weight": [1.0]}])
 
 
 class _Queue:

@@ -104,17 +104,18 @@ def test_distiller_scores_both_models_on_the_same_ids_and_sets_token_advantages(
     assert m["opd/reverse_kl"] == pytest.approx(sum(kls) / len(kls))
     assert m["opd/scored_tokens"] == 7 and m["opd/unscored_tokens"] == 1
     assert m["opd/teacher_seconds"] >= 0 and m["opd/scoring_seconds"] >= m["opd/teacher_seconds"]
-    assert learner_sample(a)["token_advantages"] == a.token_advantages
+    assert learner_sample(a).token_advantages == a.token_advantages
 
 
 def test_zero_token_advantages_make_a_group_that_is_not_trained():
-    from rti_actors.learner import ZERO_ADVANTAGE, has_advantage
+    from dataclasses import replace
 
-    sample = {"ids": [1, 2, 3], "loss_mask": [0, 1, 1], "behaviour_logprobs": [0.0] * 3, "token_weight": [1.0] * 3,
-              "advantage": 1.0}
+    from rti_actors.learner import ZERO_ADVANTAGE, LearnerSample, has_advantage
+
+    sample = LearnerSample([1, 2, 3], [0, 1, 1], [0.0] * 3, [1.0] * 3, advantage=1.0)
     # the per-token advantages decide, not the group's: a reward difference the teacher never saw is no signal
-    assert not has_advantage([{**sample, "token_advantages": [0.0, 0.0, ZERO_ADVANTAGE / 2]}])
-    assert has_advantage([{**sample, "advantage": 0.0, "token_advantages": [0.0, 0.0, -0.3]}])
+    assert not has_advantage([replace(sample, token_advantages=[0.0, 0.0, ZERO_ADVANTAGE / 2])])
+    assert has_advantage([replace(sample, advantage=0.0, token_advantages=[0.0, 0.0, -0.3])])
     assert has_advantage([sample])
 
 

@@ -12,7 +12,7 @@ import pytest
 import envs  # noqa: F401  (registers the built-in envs)
 from envs.registry import get_creator
 from policies.chat import ChatRenderer
-from policies.engines import make_engine
+from policies.engines import SamplingParams, make_engine
 from rti_actors.engine_actor import LocalEngines
 from rti_actors.env_runner import EnvRunner, request_seed
 from rti_actors.groups import group_by_task
@@ -24,7 +24,7 @@ from rti_actors.trajectory import EpisodeSpec
 
 NAV = {"max_turns": 3, "max_tool_output_chars": 600}
 POLICY = {**DEFAULTS["policy"], "max_new_tokens": 16, "max_model_len": 4096}
-SAMPLING = {"max_tokens": 16, "temperature": 0.8, "top_p": 1.0}
+SAMPLING = SamplingParams(max_tokens=16, temperature=0.8, top_p=1.0)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,133 @@
+"""The learner's steps and the weights' way to the engines, with what a crash makes the
+driver redo: the iteration's samples are kept until the step is done, so a replay queue
+that restarted empty or a learner that died gets them again (the learner rebuilt from the
+newest checkpoint); a publish that meets a dead learner publishes the rebuilt one's weights;
+an engine behind the current version gets the latest weights again."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from pathlib import Path
+
+import ray
+
+from rti_actors.checkpoints import resolve
+from rti_actors.faults import ActorMonitor, died
+
+log = logging.getLogger("rti_actors")
+
+
+class Updates:
+    """``version``: the weights version the engines serve (bumped by each publish);
+    ``learner_step``: the learner's optimiser steps, to count what a learner crash lost;
+    ``last_save``: the checkpoint a crashed learner is rebuilt from."""
+
+    def __init__(self, graph, config, monitor: ActorMonitor, redone: Counter):
+        self.graph, self.learner, self.engines, self.queue = graph, graph.learner, graph.engines, graph.queue
+        self.weight_sync = graph.weight_sync
+        self.training, self.max_restarts = config["training"], config["fault_tolerance"]["max_restarts"]
+        self.monitor, self.redone = monitor, redone
+        self.version = 0
+        self.learner_step = 0
+        self.last_save: Path | None = None
+
+    # ---- one step: put the groups, let the learner pull them ------------------------------
+    def start(self, samples: list, versions: list) -> tuple:
+        incarnation = ray.get(self.queue.put.remote(samples, versions))
+        return incarnation, self.learner.pull_and_update(self.queue, len(samples), self.version,
+                                                        self.training["skip_zero_variance_groups"])
+
+    def finish(self, update: tuple, samples: list, versions: list) -> dict:
+        """The step's metrics. If the queue restarted (empty) between the put and the
+        learner's get, or the learner died, the samples are put again and the step redone,
+        on a learner rebuilt from the last checkpoint."""
+        for _ in range(self.max_restarts + 1):
+            incarnation, ref = update
+            try:
+                learn = self.learner.result(ref)
+            except ray.exceptions.RayActorError as err:
+                if not died(err):
+                    raise  # raised inside the step
+                self.rebuild_learner(err)  # a learner rank died
+            else:
+                if learn["queue_incarnation"] == incarnation:
+                    self.learner_step = learn.get("step", self.learner_step)
+                    return learn
+                log.warning("the replay queue restarted before the learner pulled; putting the groups again")
+                self.redone["queue_puts"] += 1
+            ray.get(self.queue.clear.remote())
+            update = self.start(samples, versions)
+        raise RuntimeError("the update failed after every retry: the learner or the replay queue keeps crashing")
+
+    # ---- publishing -----------------------------------------------------------------------
+    def publish(self, bump: bool = True) -> None:
+        """The learner's weights to every engine, as version ``version + 1`` (``bump``) or
+        as the current version again."""
+        if bump:
+            self.version += 1
+        if self.weight_sync == "broadcast":
+            try:
+                ray.get([self.learner.broadcast_weights()]
+                        + [e.receive_weights.remote(self.graph.weight_meta, self.version) for e in self.engines])
+                ray.get(self.graph.latest.set.remote(self.version, None))  # no copy to restart from
+                return
+            except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as err:
+                # a restarted engine is no longer in the group: publish through the object
+                # store from now on (always correct, one copy per engine)
+                log.warning("weight broadcast failed (%s); using the object store", type(err).__name__)
+                self.weight_sync = "object_store"
+        # the learner's return value goes to the object store once and every engine reads it
+        # from there (the driver never holds a copy), in a 16-bit engine's dtype: it casts anyway
+        weights = self.weights()
+        try:
+            ray.get([e.update_weights.remote(weights, self.version) for e in self.engines])
+        except ray.exceptions.RayActorError as err:
+            # engines retry on their own, so a death that reaches here is the learner's (before
+            # its weights were out): publish a rebuilt learner's weights instead
+            if not died(err) or self.learner_alive():
+                raise
+            self.rebuild_learner(err)
+            weights = self.weights()
+            ray.get([e.update_weights.remote(weights, self.version) for e in self.engines])
+        ray.get(self.graph.latest.set.remote(self.version, [weights]))  # kept for engines that restart
+
+    def weights(self):
+        dtype = self.graph.engine_dtype
+        return self.learner.get_weights(dtype if dtype in ("bfloat16", "float16") else None)
+
+    def repair_engines(self) -> None:
+        """Give every engine that is behind ``version`` the current weights."""
+        behind = [e for e, v in zip(self.engines, ray.get([e.version.remote() for e in self.engines]))
+                  if v < self.version]
+        if behind:
+            _, refs = ray.get(self.graph.latest.get.remote())
+            weights = refs[0] if refs else self.weights()
+            ray.get([e.update_weights.remote(weights, self.version) for e in behind])
+            self.redone["engines_repaired"] += len(behind)
+
+    # ---- the learner after a crash --------------------------------------------------------
+    def learner_alive(self) -> bool:
+        try:
+            return self.learner.ping()
+        except ray.exceptions.RayActorError:
+            return False
+
+    def rebuild_learner(self, err: Exception) -> None:
+        step = self.fresh_learner(self.last_save, f"the learner died ({type(err).__name__})")
+        self.redone["learner_rebuilds"] += 1
+        self.redone["learner_steps_lost"] += self.learner_step - step
+        self.learner_step = step
+
+    def fresh_learner(self, ckpt: Path | None, why: str) -> int:
+        """A new learner group from ``ckpt`` (or the model folder when nothing was trained
+        yet); returns its step."""
+        if ckpt is None and self.learner_step > 0:
+            raise RuntimeError(f"{why} after {self.learner_step} steps and this run has no checkpoint to rebuild the "
+                               "learner from: set checkpointing(every=N) to survive this")
+        log.warning("%s; rebuilding the learner from %s", why, ckpt or "the model folder")
+        self.learner.rebuild()
+        step = self.learner.load(str(resolve(ckpt) / "learner")) if ckpt is not None else 0
+        self.monitor.replace("learner", self.learner.ranks)
+        self.weight_sync = "object_store"  # the new ranks are not in the broadcast group
+        return step
