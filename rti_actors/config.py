@@ -33,6 +33,7 @@ from rti_actors.options import (
     endpoint_key_problems,
     gspo_clip_pair,
     is_env_name,
+    learner_layout_problems,
     names_a_model,
     shown,
     split_renamed,
@@ -344,33 +345,18 @@ def _custom_resource_problems(options: dict) -> list[str]:
 
 
 def _learner_group_problems(lr: dict) -> list[str]:
-    """How num_learners, backend, zero_stage and offload fit together (each alone is in WANTS)."""
+    """How num_learners fits the per-learner CPUs and GPUs (each alone is in WANTS; the
+    backend, ZeRO and offload relations are ``options.learner_layout_problems``)."""
     problems = []
-    n, torch_backend = lr["num_learners"], lr["backend"] == "torch"
+    n = lr["num_learners"]
     if n > 1:
-        if torch_backend:
-            problems.append(f"learners(backend='torch') runs on one process; use backend='deepspeed' for "
-                            f"num_learners={n}")
         if not lr["num_cpus_per_learner"] and not lr["num_gpus_per_learner"]:
             problems.append(f"learners(num_learners={n}) places each rank in a placement-group bundle, which cannot "
                             "be empty: set num_cpus_per_learner > 0 (or num_gpus_per_learner)")
         if 0 < lr["num_gpus_per_learner"] < 1:
             problems.append(f"learners(num_learners={n}) with num_gpus_per_learner={lr['num_gpus_per_learner']}: NCCL "
                             "cannot run two ranks on one GPU; give each rank a whole GPU (1) or use num_learners=1")
-    if torch_backend and lr["zero_stage"] == 3:
-        problems.append("learners(backend='torch') with zero_stage=3 partitions the weights, which only DeepSpeed "
-                        "does: use backend='deepspeed' (the torch backend holds everything in one process)")
-    if lr["share_prefix"] is True and lr["zero_stage"] == 3:
-        problems.append("learners(share_prefix=True) needs zero_stage <= 2: ZeRO-3 gathers each layer's weights "
-                        "for one forward and its backward, and a shared prefix's backward comes after other rows'")
-    offload = lr["offload"]
-    if offload != "none" and (torch_backend or lr["zero_stage"] == 0):
-        problems.append(f"learners(offload={offload!r}) is DeepSpeed's ZeRO-Offload: it needs backend='deepspeed' "
-                        "and zero_stage >= 1")
-    elif offload == "optimizer+params" and lr["zero_stage"] != 3:
-        problems.append(f"learners(offload='optimizer+params') needs zero_stage=3 (only ZeRO-3 partitions the "
-                        f"weights); with zero_stage={lr['zero_stage']} use offload='optimizer'")
-    return problems
+    return problems + learner_layout_problems(lr)
 
 
 def _broadcast_problems(lr: dict, r: dict) -> list[str]:

@@ -47,7 +47,7 @@ from rti_actors.faults import Restartable
 from rti_actors.lora import apply_lora, base_parameters, check_lora, lora_settings, merged_weights
 from rti_actors.losses import add_stats, finish_stats, masked_token_logprobs, sft_loss
 from rti_actors.options import DEFAULTS as OPTION_DEFAULTS
-from rti_actors.options import OFFLOADS, gspo_clip_pair, learner_settings
+from rti_actors.options import gspo_clip_pair, learner_problems, learner_settings
 from rti_actors.plan import ModelShape, model_state_bytes
 from rti_actors.trajectory import LearnerSample
 from rti_actors.weight_sync import free_address, host_store, init_group, send
@@ -188,37 +188,15 @@ class Learner:
         if self.plugin.name != c["algorithm"]:
             raise ValueError(f"plugin {self.plugin.__name__} is algorithm {self.plugin.name!r}, not {c['algorithm']!r}")
         c["gspo_clip_eps"] = gspo_clip_pair(c["gspo_clip_eps"], "learner gspo_clip_eps")
-        if not (isinstance(c["luffy_gamma"], (int, float)) and c["luffy_gamma"] > 0):
-            raise ValueError(f"luffy_gamma must be a number > 0, got {c['luffy_gamma']!r}")
-        if not (isinstance(c["aepo_advantage_weight"], (int, float)) and c["aepo_advantage_weight"] >= 0):
-            raise ValueError(f"aepo_advantage_weight must be a number >= 0, got {c['aepo_advantage_weight']!r}")
-        if c["backend"] not in ("deepspeed", "torch"):
-            raise ValueError(f"unknown learner backend {c['backend']!r}; choose 'deepspeed' or 'torch'")
-        if c["zero_stage"] not in (0, 1, 2, 3):
-            raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {c['zero_stage']!r}")
-        if c["backend"] == "torch" and c["world_size"] != 1:
-            raise ValueError("the torch learner backend runs on one process; use backend='deepspeed' for world_size > 1")
-        if c["share_prefix"] and c["zero_stage"] == 3:
-            # ZeRO-3 releases each layer's gathered weights after its forward and gathers
-            # them again for its backward; a prefix whose backward comes after other rows'
-            # forwards and backwards falls outside that schedule (its gradient came out zero)
-            raise ValueError("share_prefix=True needs zero_stage <= 2 (ZeRO-3 regathers weights per forward and "
-                             "backward, which the prefix's later backward falls outside of)")
-        if c["offload"] not in OFFLOADS:
-            raise ValueError(f"offload must be one of {OFFLOADS}, got {c['offload']!r}")
-        if c["offload"] != "none" and (c["backend"] != "deepspeed" or c["zero_stage"] == 0):
-            raise ValueError(f"offload={c['offload']!r} is DeepSpeed's ZeRO-Offload: it needs backend='deepspeed' and "
-                             "zero_stage >= 1")
-        if c["offload"] == "optimizer+params" and c["zero_stage"] != 3:
-            raise ValueError("offload='optimizer+params' needs zero_stage=3 (only ZeRO-3 partitions the weights)")
-        lora_problems = check_lora(c["lora"], zero_stage=c["zero_stage"])
-        if lora_problems:
-            raise ValueError(f"lora={c['lora']!r}: " + "; ".join(lora_problems))
+        # one check, with the options' own rules (rti_actors.options): a config that
+        # validated passes, a hand-built dict gets the same messages
+        problems = learner_problems(c) + [f"lora={c['lora']!r}: {p}"
+                                          for p in check_lora(c["lora"], zero_stage=c["zero_stage"])]
+        if problems:
+            raise ValueError("invalid learner settings:\n  - " + "\n  - ".join(problems))
         self.lora = lora_settings(c["lora"])  # None: full fine-tuning
         cuda = torch.cuda.is_available()
         c["dtype"] = c["dtype"] or ("bfloat16" if cuda else "float32")
-        if c["dtype"] not in _DTYPES:
-            raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {c['dtype']!r}")
         self.model_path = model_path
         self.step = 0
         self.world_size, self.rank = int(c["world_size"]), int(c["rank"])

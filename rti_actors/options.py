@@ -444,6 +444,56 @@ def names_a_model(name: str) -> bool:
     return name in BUILTIN_MODELS or is_model_folder(path) or (is_hub_id(name) and not path.exists())
 
 
+def learner_layout_problems(lr: dict) -> list[str]:
+    """How the learners' backend, num_learners, zero_stage, offload and share_prefix fit
+    together (``lr``: the learners section, or a learner's settings with its world size as
+    num_learners)."""
+    problems = []
+    n, torch_backend = lr["num_learners"], lr["backend"] == "torch"
+    if n > 1 and torch_backend:
+        problems.append(f"learners(backend='torch') runs on one process; use backend='deepspeed' for num_learners={n}")
+    if torch_backend and lr["zero_stage"] == 3:
+        problems.append("learners(backend='torch') with zero_stage=3 partitions the weights, which only DeepSpeed "
+                        "does: use backend='deepspeed' (the torch backend holds everything in one process)")
+    if lr["share_prefix"] is True and lr["zero_stage"] == 3:
+        # ZeRO-3 releases each layer's gathered weights after its forward and gathers them
+        # again for its backward; a prefix whose backward comes after other rows' falls
+        # outside that schedule (its gradient came out zero)
+        problems.append("learners(share_prefix=True) needs zero_stage <= 2: ZeRO-3 gathers each layer's weights "
+                        "for one forward and its backward, and a shared prefix's backward comes after other rows'")
+    offload = lr["offload"]
+    if offload != "none" and (torch_backend or lr["zero_stage"] == 0):
+        problems.append(f"learners(offload={offload!r}) is DeepSpeed's ZeRO-Offload: it needs backend='deepspeed' "
+                        "and zero_stage >= 1")
+    elif offload == "optimizer+params" and lr["zero_stage"] != 3:
+        problems.append(f"learners(offload='optimizer+params') needs zero_stage=3 (only ZeRO-3 partitions the "
+                        f"weights); with zero_stage={lr['zero_stage']} use offload='optimizer'")
+    return problems
+
+
+# A learner's settings (learner_settings' keys) and the options they come from: a learner
+# built by hand from a dict is held to the options' own rules.
+LEARNER_OPTIONS = {"lr": ("training", "lr"), "weight_decay": ("training", "weight_decay"),
+                   "clip_eps": ("training", "clip"), "temperature": ("policy", "temperature"),
+                   "zero_stage": ("learners", "zero_stage"), "micro_batch_tokens": ("training", "micro_batch_tokens"),
+                   "grad_clip": ("training", "grad_clip"), "seed": ("debugging", "seed"),
+                   "backend": ("learners", "backend"), "dtype": ("learners", "dtype"),
+                   "gradient_checkpointing": ("learners", "gradient_checkpointing"),
+                   "offload": ("learners", "offload"), "pack_sequences": ("learners", "pack_sequences"),
+                   "share_prefix": ("learners", "share_prefix"), "luffy_gamma": ("luffy", "gamma"),
+                   "aepo_advantage_weight": ("aepo", "advantage_weight"), "aepo_entropy_clip": ("aepo", "entropy_clip")}
+
+
+def learner_problems(settings: dict) -> list[str]:
+    """A learner's settings checked once, with the rules of the options they come from; a
+    settings dict from a validated config passes. LoRA's are ``lora.check_lora``'s."""
+    problems = [p for key, (section, name) in LEARNER_OPTIONS.items()
+                if (p := WANTS[section][name].problem("learner", key, settings[key]))]
+    if problems:
+        return problems
+    return learner_layout_problems({**settings, "num_learners": settings["world_size"]})
+
+
 def gspo_clip_pair(value, name: str = "training(gspo_clip=...)") -> tuple[float, float]:
     """The GSPO clip as (low, high): a float is symmetric, a [low, high] pair is taken as is.
 

@@ -185,7 +185,7 @@ def test_memory_options_reach_the_learner_settings_and_deepspeed_config():
 
 
 @pytest.mark.parametrize("config,needle", [
-    ({"offload": "disk"}, "offload must be one of"),
+    ({"offload": "disk"}, r"learner\(offload='disk'\): choose one of"),
     ({"offload": "optimizer", "zero_stage": 0}, "zero_stage >= 1"),
     ({"offload": "optimizer+params", "zero_stage": 2}, "zero_stage=3"),
 ])

@@ -138,3 +138,15 @@ def test_pull_and_update_trains_on_sample_groups_and_skips_zero_advantage(monkey
     m = learner.pull_and_update(_Queue([flat, zeros]), 10, 0)
     assert learner.seen == [] and m == {"skipped": True, "num_groups": 2, "num_groups_trained": 0,
                                         "num_samples": 0, "queue_incarnation": "incarnation-0"}
+
+
+def test_a_hand_built_learner_is_held_to_the_options_rules_before_loading_a_model():
+    """The learner declares no rule of its own: its settings are checked once with the rules
+    of the options they come from (rti_actors.options), every problem in one message."""
+    with pytest.raises(ValueError, match=r"(?s)learner\(lr=-1\.0\) must be a finite number > 0.*"
+                                         r"learner\(luffy_gamma=0\) must be a finite number > 0.*gamma > 0"):
+        Learner("/no/such/model", {"lr": -1.0, "luffy_gamma": 0})
+    with pytest.raises(ValueError, match=r"learners\(backend='torch'\) runs on one process"):
+        Learner("/no/such/model", {"backend": "torch", "world_size": 2})
+    with pytest.raises(ValueError, match=r"share_prefix=True\) needs zero_stage <= 2"):
+        Learner("/no/such/model", {"share_prefix": True, "zero_stage": 3})
