@@ -193,25 +193,14 @@ class Algorithm:
             log.warning("restoring %s with changed options: %s", path, "; ".join(changed))
         state = json.loads((path / "algorithm_state.json").read_text())
         plugin_state = self.plugin.read_state(path)  # read before anything changes
-        u = self.updates
-        try:
-            u.learner_step = self.learner.load(str(path / "learner"))
-        except Exception as err:
-            # a rank may have loaded part of its state: put the learner back as it was
-            u.learner_step = u.fresh_learner(u.last_save, f"restoring {path} failed ({type(err).__name__})")
-            raise
-        u.last_save = path
+        self.updates.load(path)
         self.iteration, self.rng.bit_generator.state = state["iteration"], state["rng"]
         self.warm_start.progress = state.get("sft", {})
         self.plugin.apply_state(plugin_state)
         if self.next_launch is not None:  # rollouts launched before the restore: drawn from the old state
             self.rollouts.collect(self.next_launch)
             self.next_launch = None
-        current = max(ray.get([e.version.remote() for e in self.engines]))
-        if state["version"] == current == 0:
-            return changed  # nothing was ever published: the engines' folder weights are the learner's
-        u.version = max(state["version"], current)
-        u.publish(bump=current >= state["version"])
+        self.updates.republish(state["version"])
         return changed
 
     def export_policy(self, path: str | os.PathLike) -> str:

@@ -16,6 +16,7 @@ import json
 import math
 import os
 import re
+import warnings
 
 from envs import list_envs
 from envs.openai_client import DEFAULT_KEY_ENV, REDACTED, Secret, inline_key_message, key_may_go_to
@@ -27,7 +28,6 @@ from rti_actors.algorithms import get_algorithm
 from rti_actors.lora import check_lora
 from rti_actors.options import (
     DEFAULTS,
-    RENAMED_SECTIONS,
     WANTS,
     ConfigError,
     endpoint_key_problems,
@@ -36,7 +36,7 @@ from rti_actors.options import (
     learner_layout_problems,
     names_a_model,
     shown,
-    split_renamed,
+    split_teacher,
     upgrade,
 )
 
@@ -154,7 +154,9 @@ class RTIConfig:
     def teacher(self, **kwargs) -> "RTIConfig":
         """Deprecated: LUFFY's options are ``.luffy(...)``, OPD's ``.opd(...)``; each given
         here goes to its section, with a DeprecationWarning."""
-        for section, values in split_renamed("teacher", kwargs).items():
+        warnings.warn("the config section 'teacher' is deprecated: its options are now in ['luffy', 'opd'] "
+                      "(e.g. .luffy(source=...), .opd(model=...))", DeprecationWarning, stacklevel=2)
+        for section, values in split_teacher(kwargs).items():
             if section == "teacher":
                 raise ConfigError(f"unknown option teacher({next(iter(values))}=...); LUFFY's options are "
                                   f"{sorted(DEFAULTS['luffy'])}, OPD's {sorted(DEFAULTS['opd'])}")
@@ -202,8 +204,7 @@ class RTIConfig:
     @classmethod
     def from_dict(cls, d: dict) -> "RTIConfig":
         cfg = cls()
-        if set(d) & set(RENAMED_SECTIONS):  # a config saved before a section was split
-            d = upgrade(d)
+        d = upgrade(d)  # a config saved before LUFFY and OPD had sections of their own
         for section, values in d.items():
             if section not in cfg._cfg:
                 raise ConfigError(f"unknown config section {section!r}; known: {sorted(cfg._cfg)}")

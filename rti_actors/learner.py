@@ -704,7 +704,8 @@ def pull(queue, max_groups: int, current_version: int, skip_zero_variance: bool)
     token-mean loss, and on a CPU its forward/backward is most of the step (most groups of
     a weak policy fail entirely)."""
     incarnation, groups = ray.get(queue.get.remote(max_groups, current_version))
-    kept = [g for g in map(check_samples, filter(None, groups)) if has_advantage(g) or not skip_zero_variance]
+    groups = [[LearnerSample.of(s) for s in g] for g in groups]  # a hand-put dict is read by field name
+    kept = [g for g in groups if g and (has_advantage(g) or not skip_zero_variance)]
     return [s for g in kept for s in g], {"num_groups": len(groups), "num_groups_trained": len(kept),
                                           "queue_incarnation": incarnation}
 

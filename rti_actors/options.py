@@ -15,7 +15,6 @@ import copy
 import math
 import os
 import re
-import warnings
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar
@@ -36,7 +35,7 @@ class ConfigError(ValueError):
 # ---- what one option may hold ---------------------------------------------------------------
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _KINDS = {"bool": (lambda v: isinstance(v, bool), "True or False"),
-          "text": (lambda v: isinstance(v, str) and v != "", "a non-empty string"),
+          "text": (lambda v: isinstance(v, str) and v.strip() != "", "a non-empty string"),
           "path": (lambda v: isinstance(v, os.PathLike) or isinstance(v, str) and v != "", "a non-empty path"),
           "name": (lambda v: isinstance(v, str) and bool(_ENV_NAME.fullmatch(v)),
                    "an environment variable name (letters, digits and _)"),
@@ -399,30 +398,23 @@ OWNER: dict[str, set] = {name: set(cls.owner) for name, cls in SECTIONS.items() 
 # ---- old spellings ----------------------------------------------------------------------------
 # One "teacher" section held LUFFY's and OPD's options; each now has its own. Old configs
 # (and checkpoints' config.json) still load: each key goes to the section that reads it.
-RENAMED_SECTIONS = {"teacher": {**{k: "luffy" for k in DEFAULTS["luffy"]}, **{k: "opd" for k in DEFAULTS["opd"]}}}
+TEACHER_KEYS = {**{k: "luffy" for k in DEFAULTS["luffy"]}, **{k: "opd" for k in DEFAULTS["opd"]}}
 
 
-def split_renamed(section: str, values: dict) -> dict[str, dict]:
-    """{new section: values} for the options of an old section name; unknown keys stay
-    under the old name so the caller's error names them."""
-    routes = RENAMED_SECTIONS[section]
-    warnings.warn(f"the config section {section!r} is deprecated: its options are now in "
-                  f"{sorted(set(routes.values()))} (e.g. .luffy(source=...), .opd(model=...))",
-                  DeprecationWarning, stacklevel=3)
+def split_teacher(values: dict) -> dict[str, dict]:
+    """{"luffy": ..., "opd": ...} for options of the old "teacher" section; an unknown key
+    stays under "teacher", so the caller's error names it."""
     out: dict[str, dict] = {}
     for k, v in values.items():
-        out.setdefault(routes.get(k, section), {})[k] = v
+        out.setdefault(TEACHER_KEYS.get(k, "teacher"), {})[k] = v
     return out
 
 
 def upgrade(saved: dict) -> dict:
-    """A saved config dict with its old section names moved to the new ones."""
-    out = {k: dict(v) if isinstance(v, dict) else v for k, v in saved.items() if k not in RENAMED_SECTIONS}
-    for old in set(saved) & set(RENAMED_SECTIONS):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            for section, values in split_renamed(old, saved[old]).items():
-                out.setdefault(section, {}).update(values)
+    """A saved config dict with the old "teacher" section split into "luffy" and "opd"."""
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in saved.items() if k != "teacher"}
+    for section, values in split_teacher(saved.get("teacher", {})).items():
+        out.setdefault(section, {}).update(values)
     return out
 
 

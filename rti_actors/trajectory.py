@@ -137,11 +137,11 @@ class LearnerSample:
         as a demonstration's messages, are left out)."""
         if isinstance(s, cls):
             return s
-        names = [f.name for f in fields(cls)]
-        missing = [k for k in names if k not in s and fields(cls)[names.index(k)].default is MISSING]
+        required = [f.name for f in fields(cls) if f.default is MISSING]
+        missing = [k for k in required if k not in s]
         if missing:
-            raise ValueError(f"lacks {missing}; a sample needs {[f.name for f in fields(cls) if f.default is MISSING]}")
-        return cls(**{k: s[k] for k in names if k in s})
+            raise ValueError(f"lacks {missing}; a sample needs {required}")
+        return cls(**{f.name: s[f.name] for f in fields(cls) if f.name in s})
 
 
 def learner_sample(t: Trajectory) -> LearnerSample:

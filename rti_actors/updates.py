@@ -106,6 +106,27 @@ class Updates:
             ray.get([e.update_weights.remote(weights, self.version) for e in behind])
             self.redone["engines_repaired"] += len(behind)
 
+    # ---- a restore ------------------------------------------------------------------------
+    def load(self, path: Path) -> None:
+        """The learner's state from the checkpoint at ``path``, which a crashed learner is
+        then rebuilt from. On a failure the learner is put back as it was and the error raised."""
+        try:
+            self.learner_step = self.learner.load(str(path / "learner"))
+        except Exception as err:
+            # a rank may have loaded part of its state: put the learner back as it was
+            self.learner_step = self.fresh_learner(self.last_save, f"restoring {path} failed ({type(err).__name__})")
+            raise
+        self.last_save = path
+
+    def republish(self, saved_version: int) -> None:
+        """After a restore: the engines serve the restored weights, under a version above
+        any they have seen (``saved_version``: the checkpoint's)."""
+        current = max(ray.get([e.version.remote() for e in self.engines]))
+        if saved_version == current == 0:
+            return  # nothing was ever published: the engines' folder weights are the learner's
+        self.version = max(saved_version, current)
+        self.publish(bump=current >= saved_version)
+
     # ---- the learner after a crash --------------------------------------------------------
     def learner_alive(self) -> bool:
         try:

@@ -6,10 +6,12 @@ from __future__ import annotations
 from dataclasses import fields
 from pathlib import Path
 
+import pytest
+
 from rti_actors.checkpoints import config_changes
 from rti_actors.config import RTIConfig
 from rti_actors.learner import DEFAULTS as LEARNER_DEFAULTS
-from rti_actors.options import DEFAULTS, LAYOUT, OWNER, SECTIONS, learner_settings, options_markdown
+from rti_actors.options import DEFAULTS, LAYOUT, OWNER, SECTIONS, ConfigError, learner_settings, options_markdown
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -48,3 +50,8 @@ def test_the_restore_check_reads_layout_and_owner_from_the_declaration():
     assert OWNER == {"interventions": {"rti"}, "luffy": {"luffy"}, "opd": {"opd"}, "aepo": {"aepo"}}
     rti_only = {**base, "interventions": {**base["interventions"], "ppl_threshold": 9.0}}
     assert config_changes(base, rti_only) == []  # a GRPO run reads no RTI option
+
+
+def test_a_blank_string_is_not_text():
+    with pytest.raises(ConfigError, match=r"evaluation\(split='  '\) must be a non-empty string"):
+        RTIConfig().environment("Navigation-v0").policy(engine="hf").evaluation(split="  ").validate()
