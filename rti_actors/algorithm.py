@@ -79,7 +79,7 @@ class Algorithm:
         self.resumed_from: Path | None = None
         self.rng = np.random.default_rng(c["debugging"]["seed"])
         self.next_launch: Launch | None = None  # the next iteration's rollouts, when they overlap learning
-        self.reporter = Reporter(self.run_dir, tensorboard=rep["tensorboard"])
+        self.reporter = Reporter(self.run_dir, tensorboard=rep["tensorboard"], panels=self.plugin.panels)
         (self.run_dir / "config.json").write_text(self.config.to_json())
         self._times: dict = {}  # this iteration's seconds per phase (timed)
         self.plugin.setup(self)
@@ -262,7 +262,7 @@ class Algorithm:
         rewards = [t.reward for t in trajectories]
         stats = ray.get(self.queue.get_stats.remote())
         return {
-            "iteration": self.iteration, "policy_version": self.version,
+            "iteration": self.iteration, "algorithm": self.plugin.name, "policy_version": self.version,
             "reward_mean": mean(rewards), "success_rate": mean([r >= 1.0 for r in rewards]),
             "num_episodes": len(trajectories), "num_groups": len(groups),
             "frac_zero_variance_groups": mean([not is_learnable(g) for g in groups]),

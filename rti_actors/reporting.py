@@ -7,6 +7,8 @@ import math
 import time
 from pathlib import Path
 
+from rti_actors.algorithms import algorithm_names, get_algorithm
+
 
 def _scalars(d: dict, prefix: str = "") -> dict[str, float]:
     out = {}
@@ -20,16 +22,13 @@ def _scalars(d: dict, prefix: str = "") -> dict[str, float]:
 
 
 class Reporter:
-    # one panel per tuple; RTI's panels appear only in runs that have those metrics. The last
-    # is the RTI paper's Fig. 5a: one fixed set of accepted fixes, their PPL when the gate
-    # accepted them against their PPL under the weights of each later iteration.
+    # the panels every method has; a plug-in adds its own (AlgorithmPlugin.panels)
     PANELS = (("reward_mean",), ("success_rate",), ("frac_zero_variance_groups",), ("learner/loss",),
-              ("pre_intervention_pass_at_G", "pass_at_G"), ("rti/accepted", "rti/continuation_success"),
-              ("rti/mean_ppl_accepted",), ("rti/ppl_fixes_at_gate", "rti/ppl_fixes_now"), ("opd/reverse_kl",),
-              ("aepo/global_rollouts", "aepo/branches"), ("aepo/branch_rate",), ("learner/entropy_mean",))
+              ("pre_intervention_pass_at_G", "pass_at_G"))
 
-    def __init__(self, run_dir: Path, tensorboard: bool = True):
+    def __init__(self, run_dir: Path, tensorboard: bool = True, panels: tuple = ()):
         self.run_dir = Path(run_dir)
+        self.panel_metrics = self.PANELS + tuple(panels)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.history: list[dict] = []
         self.writer = None
@@ -71,7 +70,7 @@ class Reporter:
         only the metrics of each panel that this run has."""
         rows = [(r["step"], _scalars(r)) for r in self.history if r["kind"] == "train"]
         out = {}
-        for panel in self.PANELS:
+        for panel in self.panel_metrics:
             series = {n: [(step, v[n]) for step, v in rows if n in v] for n in panel}
             series = {n: pts for n, pts in series.items() if pts}
             if series:
@@ -111,42 +110,25 @@ class Reporter:
 
 # RTI's funnel in candidates (failed trajectories), stage by stage, as the progress line names it;
 # "accepted" can be below "gate passed": a group keeps at most max_accepted_per_group fixes
-FUNNEL = (("candidates", "candidates"), ("validator_found_error", "error found"), ("corrector_parsed", "fix parsed"),
-          ("verifier_pass", "verified"), ("gate_pass", "gate passed"), ("accepted", "accepted"),
-          ("continuation_success", "rescued"))
-
-
-def rti_funnel(m: dict) -> str:
-    """``triggered 2/2: candidates 8 > error found 3 > ... > rescued 0 (lost at fix parsed)``."""
-    counts = [(label, m.get(f"rti/{key}", 0)) for key, label in FUNNEL]
-    text = f"triggered {m['rti/triggered_groups']}/{m['num_groups']}: " + " > ".join(f"{lb} {n}" for lb, n in counts)
-    lost = next((lb for lb, n in counts if n == 0), None)
-    return text + (f" (lost at {lost})" if lost and m["rti/triggered_groups"] else "")
-
-
 def progress_line(m: dict) -> str:
     """One line per training iteration for scripts: rewards, the groups that could teach,
-    the learner step (or why there was none), RTI's funnel when it ran, OPD's reverse KL,
-    AEPO's branching, recoveries from crashes, and the time."""
+    the learner step (or why there was none), the method's own part (RTI's funnel, OPD's
+    reverse KL, AEPO's branching: ``AlgorithmPlugin.progress``), recoveries from crashes,
+    and the time."""
     learn = m["learner"]
     if learn.get("nonfinite"):
         loss = "no update (non-finite loss or gradient: step skipped, weights kept)"
     else:
         loss = "no update (all groups zero-variance)" if learn.get("skipped") else f"loss {learn['loss']:+.4f}"
-    rti = f"  rti: {rti_funnel(m)}" if "rti/triggered_groups" in m else ""
-    # OPD: how far the student still is from the teacher, and what asking the teacher cost
-    opd = (f"  opd: reverse KL {m['opd/reverse_kl']:.4f}/token, teacher {m['opd/teacher_seconds']:.1f}s"
-           if "opd/reverse_kl" in m else "")
-    # AEPO: how each group was grown (independent rollouts vs branches at uncertain tool calls)
-    aepo = (f"  aepo: {m['aepo/global_rollouts']:.1f} global + {m['aepo/branches']} branches "
-            f"({m['aepo/branch_rate']:.2f} of {m['aepo/decisions']} decisions) in {m['aepo/branch_rounds']} rounds"
-            if "aepo/branches" in m else "")
+    # a method registered in another process (metrics read back later) just has no part here
+    method = m.get("algorithm")
+    own = get_algorithm(method).progress(m) if method in algorithm_names() else ""
     faults = {k.split("/", 1)[1]: v for k, v in m.items()
               if k.startswith(("faults/restarts/", "faults/dead/", "faults/redone/")) and v}
     crashes = ("  faults (run so far): " + ", ".join(f"{k} {v}" for k, v in faults.items())) if faults else ""
     return (f"iter {m['iteration']:3d}  reward {m['reward_mean']:.3f}  success {m['success_rate']:.3f}  "
             f"all-fail groups {m['frac_all_fail_groups']:.2f}  turns {m['turns_mean']:.1f}  {loss}  "
-            f"{sum(m['seconds'].values()):.0f}s{rti}{opd}{aepo}{crashes}")
+            f"{sum(m['seconds'].values()):.0f}s{own}{crashes}")
 
 
 def sft_line(s: dict) -> str:

@@ -13,6 +13,15 @@ class AEPO(AlgorithmPlugin):
     name = "aepo"
     with_entropy = True  # from the same logits as the log-probs
     loss_stats = ("entropy_sum", "preserved")  # the loss tokens' entropy, and where the clip kept a gradient
+    panels = (("aepo/global_rollouts", "aepo/branches"), ("aepo/branch_rate",), ("learner/entropy_mean",))
+
+    @staticmethod
+    def progress(m: dict) -> str:
+        # how each group was grown: independent rollouts vs branches at uncertain tool calls
+        if "aepo/branches" not in m:
+            return ""
+        return (f"  aepo: {m['aepo/global_rollouts']:.1f} global + {m['aepo/branches']} branches "
+                f"({m['aepo/branch_rate']:.2f} of {m['aepo/decisions']} decisions) in {m['aepo/branch_rounds']} rounds")
 
     @staticmethod
     def loss(logp, batch, settings, normaliser, entropy=None):

@@ -13,7 +13,9 @@ through the hooks below, called in this order each iteration:
 
 and, once per run: ``validate`` (with the config, before anything starts),
 ``prepare`` and ``start_actors`` (while the graph is built), ``setup`` (with the driver),
-``save_state`` / ``read_state`` / ``apply_state`` (with every checkpoint).
+``save_state`` / ``read_state`` / ``apply_state`` (with every checkpoint). What the
+method reports beside the common metrics is its own too: ``panels`` (its learning-curve
+panels) and ``progress`` (its part of the console line).
 
 The learner's side is the class's ``loss``: a pure function of the loss tokens' log-probs
 and the batch tensors, run inside the learner actors. The learner gets the class itself
@@ -104,6 +106,15 @@ class AlgorithmPlugin:
 
     def after_publish(self, driver, groups: list) -> dict:
         return {}
+
+    # ---- reporting ----
+    panels: ClassVar[tuple[tuple[str, ...], ...]] = ()  # metric names per learning-curve panel
+
+    @staticmethod
+    def progress(m: dict) -> str:
+        """This method's part of the iteration's console line (``m``: ``train()``'s metrics),
+        e.g. RTI's funnel; appended after the common part."""
+        return ""
 
     # ---- checkpoints ----
     def save_state(self, path) -> None:

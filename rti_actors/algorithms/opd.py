@@ -19,6 +19,14 @@ from rti_actors.options import ConfigError, endpoint_key_problems, names_a_model
 
 class OPD(GRPO):
     name = "opd"
+    panels = (("opd/reverse_kl",),)
+
+    @staticmethod
+    def progress(m: dict) -> str:
+        # how far the student still is from the teacher, and what asking the teacher cost
+        if "opd/reverse_kl" not in m:  # an iteration with nothing scored
+            return ""
+        return f"  opd: reverse KL {m['opd/reverse_kl']:.4f}/token, teacher {m['opd/teacher_seconds']:.1f}s"
 
     @classmethod
     def validate(cls, config, ok) -> list[str]:

@@ -30,8 +30,30 @@ def plays_roles_on_a_model(config) -> bool:
     return roles not in ("self", "rules") and not roles.startswith(("http://", "https://"))
 
 
+# the funnel's stages in order, as the console names them
+FUNNEL = (("candidates", "candidates"), ("validator_found_error", "error found"), ("corrector_parsed", "fix parsed"),
+          ("verifier_pass", "verified"), ("gate_pass", "gate passed"), ("accepted", "accepted"),
+          ("continuation_success", "rescued"))
+
+
+def rti_funnel(m: dict) -> str:
+    """``triggered 2/2: candidates 8 > error found 3 > ... > rescued 0 (lost at fix parsed)``."""
+    counts = [(label, m.get(f"rti/{key}", 0)) for key, label in FUNNEL]
+    text = f"triggered {m['rti/triggered_groups']}/{m['num_groups']}: " + " > ".join(f"{lb} {n}" for lb, n in counts)
+    lost = next((lb for lb, n in counts if n == 0), None)
+    return text + (f" (lost at {lost})" if lost and m["rti/triggered_groups"] else "")
+
+
 class RTI(GRPO):
     name = "rti"
+    # the last is the paper's Fig. 5a: one fixed set of accepted fixes, their PPL when the
+    # gate accepted them against their PPL under the weights of each later iteration
+    panels = (("rti/accepted", "rti/continuation_success"), ("rti/mean_ppl_accepted",),
+              ("rti/ppl_fixes_at_gate", "rti/ppl_fixes_now"))
+
+    @staticmethod
+    def progress(m: dict) -> str:
+        return f"  rti: {rti_funnel(m)}" if "rti/triggered_groups" in m else ""
 
     @classmethod
     def extra_engines(cls, config) -> int:

@@ -19,6 +19,7 @@ from rti_actors.reporting import Reporter
 from rti_actors.rti.fix_tracker import AcceptedFixes
 from rti_actors.rti.gate import perplexity
 from rti_actors.rti.pipeline import Intervention
+from rti_actors.rti.plugin import RTI
 from rti_actors.rti.roles import RuleRoles
 from rti_actors.trajectory import EpisodeSpec
 from tests.conftest import perturbed_model
@@ -111,7 +112,7 @@ def test_the_saved_state_round_trips_through_json(run):
 
 
 def test_the_fixes_panel_plots_both_curves(tmp_path):
-    rep = Reporter(tmp_path, tensorboard=False)
+    rep = Reporter(tmp_path, tensorboard=False, panels=RTI.panels)
     for it, now in ((1, 4.0), (2, 3.5)):
         rep.log("train", it, {"reward_mean": 0.0, "rti/fixes_tracked": 2, "rti/ppl_fixes_at_gate": 4.2,
                               "rti/ppl_fixes_now": now})

@@ -288,7 +288,7 @@ def test_hostile_opd_options_fail_cleanly_naming_the_option(key):
 def test_progress_line_shows_the_reverse_kl_and_the_teachers_time():
     from rti_actors.reporting import progress_line
 
-    m = {"iteration": 3, "reward_mean": 0.0, "success_rate": 0.0, "frac_all_fail_groups": 1.0, "turns_mean": 1.0,
+    m = {"iteration": 3, "algorithm": "opd", "reward_mean": 0.0, "success_rate": 0.0, "frac_all_fail_groups": 1.0, "turns_mean": 1.0,
          "learner": {"loss": 0.1}, "seconds": {"sample": 2.0}, "opd/reverse_kl": 0.4321, "opd/teacher_seconds": 1.25}
     assert "opd: reverse KL 0.4321/token, teacher 1.2s" in progress_line(m)
 

@@ -2,12 +2,15 @@
 
 import json
 
-from rti_actors.reporting import Reporter, progress_line, rti_funnel
+from rti_actors.algorithms import get_algorithm
+from rti_actors.reporting import Reporter, progress_line
+from rti_actors.rti.plugin import rti_funnel
 
 
 def _metrics(**extra):
     return {"iteration": 3, "reward_mean": 0.25, "success_rate": 0.0, "frac_all_fail_groups": 1.0, "turns_mean": 2.0,
-            "seconds": {"sample": 2.0, "learn": 1.0}, "learner": {"loss": 0.5}, "num_groups": 2, **extra}
+            "seconds": {"sample": 2.0, "learn": 1.0}, "learner": {"loss": 0.5}, "num_groups": 2, "algorithm": "rti",
+            **extra}
 
 
 def test_the_rti_funnel_names_the_stage_where_candidates_were_lost():
@@ -18,7 +21,8 @@ def test_the_rti_funnel_names_the_stage_where_candidates_were_lost():
     rescued = {f"rti/{k}": 1 for k in ("candidates", "validator_found_error", "corrector_parsed", "verifier_pass",
                                        "gate_pass", "accepted", "continuation_success")}
     assert "lost at" not in rti_funnel(_metrics(**{"rti/triggered_groups": 1, **rescued}))
-    assert "rti:" not in progress_line(_metrics())  # GRPO: no funnel
+    assert "rti: triggered 1/2" in progress_line(_metrics(**{"rti/triggered_groups": 1}))
+    assert "rti:" not in progress_line(_metrics(algorithm="grpo", **{"rti/triggered_groups": 1}))  # not RTI's line
 
 
 def test_the_progress_line_reports_recoveries_only_when_there_were_some():
@@ -44,10 +48,11 @@ def test_rewind_keeps_each_iteration_once(tmp_path):
 
 
 def test_an_rti_run_gets_rti_panels_and_a_grpo_run_does_not(tmp_path):
-    grpo = Reporter(tmp_path / "grpo", tensorboard=False)
-    rti = Reporter(tmp_path / "rti", tensorboard=False)
+    grpo = Reporter(tmp_path / "grpo", tensorboard=False, panels=get_algorithm("grpo").panels)
+    rti = Reporter(tmp_path / "rti", tensorboard=False, panels=get_algorithm("rti").panels)
     for it in (1, 2):
-        grpo.log("train", it, _metrics(pass_at_G=0.5))
+        # the panels are the method's, not whatever metrics happen to be there
+        grpo.log("train", it, _metrics(pass_at_G=0.5, **{"rti/accepted": it}))
         rti.log("train", it, _metrics(pass_at_G=0.5, pre_intervention_pass_at_G=0.0,
                                       **{"rti/accepted": it, "rti/continuation_success": 1,
                                          "rti/mean_ppl_accepted": float("nan") if it == 1 else 2.5}))
@@ -73,11 +78,11 @@ def test_rewind_into_a_warm_start_drops_its_later_steps_and_the_line_says_it_res
 def test_an_aepo_run_shows_its_branching_on_the_line_and_in_panels(tmp_path):
     counts = {"aepo/global_rollouts": 2.5, "aepo/branches": 3, "aepo/branch_rate": 0.375, "aepo/decisions": 8,
               "aepo/branch_rounds": 2}
-    line = progress_line(_metrics(**counts))
+    line = progress_line(_metrics(algorithm="aepo", **counts))
     assert line.endswith("aepo: 2.5 global + 3 branches (0.38 of 8 decisions) in 2 rounds")
-    assert "aepo:" not in progress_line(_metrics())
-    rep = Reporter(tmp_path, tensorboard=False)
+    assert "aepo:" not in progress_line(_metrics(algorithm="aepo"))
+    rep = Reporter(tmp_path, tensorboard=False, panels=get_algorithm("aepo").panels)
     for it in (1, 2):
-        rep.log("train", it, _metrics(**counts, learner={"loss": 0.5, "entropy_mean": 1.5}))
+        rep.log("train", it, _metrics(algorithm="aepo", **counts, learner={"loss": 0.5, "entropy_mean": 1.5}))
     assert rep.panels()[-3:] == [["aepo/global_rollouts", "aepo/branches"], ["aepo/branch_rate"],
                                  ["learner/entropy_mean"]]
