@@ -22,3 +22,6 @@ register_builtin("Tau2Airline-v0", "envs.tau2:Tau2AirlineEnv")
 register_builtin("Hard20-v0", "envs.hard20:Hard20Env")
 register_builtin("ClawEval-v0", "envs.claw_eval:ClawEvalEnv")
 register_builtin("Lookup-v0", "envs.lookup:LookupEnv")
+# MCP servers (the `mcp` extra): any server's tools, and Navigation served over MCP.
+register_builtin("MCP-v0", "envs.mcp:MCPToolEnv")
+register_builtin("NavigationMCP-v0", "envs.navigation.mcp_server:NavigationMCPEnv")
