@@ -80,6 +80,8 @@ class Algorithm:
         self.rng = np.random.default_rng(c["debugging"]["seed"])
         self.next_launch: Launch | None = None  # the next iteration's rollouts, when they overlap learning
         self.reporter = Reporter(self.run_dir, tensorboard=rep["tensorboard"], panels=self.plugin.panels)
+        self.reporter.start_trackers(rep["trackers"], self.run_dir.name, json.loads(self.config.to_json()),
+                                     rep["tracker_samples"])
         (self.run_dir / "config.json").write_text(self.config.to_json())
         self._times: dict = {}  # this iteration's seconds per phase (timed)
         self.plugin.setup(self)
@@ -117,6 +119,7 @@ class Algorithm:
         for part in (faults, self._fault_metrics(), sampled, joined, transformed, advantaged, published):
             metrics.update(part)
         self.reporter.log("train", self.iteration, metrics)
+        self.reporter.log_trajectories(self.iteration, [tr for g in groups for tr in g])
         # after the log: a checkpoint of iteration N implies N's metrics row is written
         every = c["checkpointing"]["every"]
         if every and self.iteration % every == 0:

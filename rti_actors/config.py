@@ -39,6 +39,7 @@ from rti_actors.options import (
     split_teacher,
     upgrade,
 )
+from rti_actors.trackers import tracker_problems
 
 # ---- keys ---------------------------------------------------------------------------------------
 # An endpoint dict in env_config ("user_endpoint", "judge_endpoint": kwargs of
@@ -290,6 +291,9 @@ class RTIConfig:
         problems += [f"learners(lora={shown(lr['lora'])}): {p}"
                      for p in check_lora(lr["lora"], zero_stage=lr["zero_stage"] if ok("learners", "zero_stage") else 0)]
         problems += _intervention_problems(c["interventions"])
+        if ok("reporting", "trackers"):
+            problems += [f"reporting(trackers={shown(c['reporting']['trackers'])}): {p}"
+                         for p in tracker_problems(c["reporting"]["trackers"])]
         plugin = get_algorithm(t["algorithm"]) if ok("training", "algorithm") else None
         if plugin is not None:
             problems += plugin.validate(c, ok)

@@ -41,7 +41,9 @@ _KINDS = {"bool": (lambda v: isinstance(v, bool), "True or False"),
                    "an environment variable name (letters, digits and _)"),
           "dict": (lambda v: isinstance(v, dict), "a dict"),
           "ids": (lambda v: isinstance(v, (list, tuple)) and len(v) > 0 and all(isinstance(x, str) and x for x in v),
-                  "a non-empty list of task ids (strings)")}
+                  "a non-empty list of task ids (strings)"),
+          "trackers": (lambda v: isinstance(v, (list, tuple)) and all(isinstance(x, (str, dict)) for x in v),
+                       "a list of tracker names ('wandb', 'mlflow') or dicts {'name': ..., option: value}")}
 
 
 def shown(v) -> str:
@@ -218,7 +220,8 @@ class Learners:
     zero_stage: int = option(0, _one_of(0, 1, 2, 3))
     num_cpus_per_learner: float = option(0.5, CPUS, layout=True)
     num_gpus_per_learner: float = option(0, CPUS, layout=True)
-    dtype: Any = option(None, _one_of(None, "float32", "bfloat16"), "None: bf16 on GPU, fp32 on CPU")
+    dtype: Any = option(None, _one_of(None, "float32", "bfloat16"),
+                        "None: bf16 on GPU and on CPUs with native bf16 (AVX512-BF16, AMX), else fp32")
     num_threads_per_learner: Any = option(None, _int(1, none=True), layout=True)
     weight_sync: str = option("auto", _one_of("auto", "object_store", "broadcast"),
                               "'auto': broadcast (NCCL) when learner and engines are on GPUs, else the object store",
@@ -363,6 +366,11 @@ class Reporting:
     tensorboard: bool = option(True, BOOL, layout=True)
     progress_bar: Any = option(None, Want("bool", none=True), "None: when stderr is a terminal", layout=True)
     plot: bool = option(True, BOOL, layout=True)
+    # which names and keys exist and whether the package is installed: rti_actors.trackers
+    trackers: list = option([], Want("trackers"), "experiment trackers that get the metrics, the learning curves and "
+                            "a table of sampled trajectories; see docs/TRACKERS.md", layout=True)
+    tracker_samples: int = option(4, _int(0), "trajectories per iteration in the trackers' table (0: no table)",
+                                  layout=True)
 
 
 @dataclass
@@ -510,8 +518,8 @@ def learner_settings(config) -> dict:
 
     Keys: algorithm, lr, weight_decay, clip_eps, gspo_clip_eps ((low, high)), temperature (the
     rollout temperature the behaviour log-probs were taken at, so unchanged weights give ratio
-    1), zero_stage, micro_batch_tokens, grad_clip, seed, backend, dtype (None: bf16 on GPU,
-    fp32 on CPU), gradient_checkpointing, offload, pack_sequences, share_prefix, lora,
+    1), zero_stage, micro_batch_tokens, grad_clip, seed, backend, dtype (None: bf16 on GPU and
+    on CPUs with native bf16, else fp32), gradient_checkpointing, offload, pack_sequences, share_prefix, lora,
     luffy_gamma (LUFFY's shaping), aepo_advantage_weight and aepo_entropy_clip (AEPO's loss);
     the group adds each rank's rank and world_size.
     """

@@ -1,13 +1,18 @@
-"""Run directory output: JSONL metrics, TensorBoard events, a PNG of the learning curves."""
+"""Run directory output: JSONL metrics, TensorBoard events, a PNG of the learning curves;
+the same to the experiment trackers a run names (``rti_actors.trackers``)."""
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 from pathlib import Path
 
 from rti_actors.algorithms import algorithm_names, get_algorithm
+from rti_actors.trackers import TABLE_COLUMNS, Tracker, make_trackers, trajectory_rows
+
+log = logging.getLogger("rti_actors")
 
 
 def _scalars(d: dict, prefix: str = "") -> dict[str, float]:
@@ -31,6 +36,8 @@ class Reporter:
         self.panel_metrics = self.PANELS + tuple(panels)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.history: list[dict] = []
+        self.trackers: list[Tracker] = []  # start_trackers: W&B, MLflow
+        self.samples = 0  # trajectories per iteration in the trackers' table
         self.writer = None
         if tensorboard:
             try:
@@ -48,6 +55,9 @@ class Reporter:
             for k, v in _scalars(metrics).items():
                 self.writer.add_scalar(f"{kind}/{k}", v, step)
             self.writer.flush()
+        if self.trackers:
+            values = _scalars(metrics)
+            self._track(lambda t: t.scalars(kind, step, values, record["time"]))
 
     def rewind(self, iteration: int, learner_step: int | None = None) -> None:
         """A resumed run: keep the records of the iterations up to ``iteration`` and of the
@@ -64,6 +74,12 @@ class Reporter:
         tmp = path.with_suffix(".jsonl.tmp")
         tmp.write_text("".join(json.dumps(r, default=str) + "\n" for r in self.history))
         tmp.replace(path)
+        if self.trackers and len(self.history) < len(records):
+            # the tracker runs hold the dropped steps too and none can take points back:
+            # new runs instead, so that they show each step once, as metrics.jsonl does
+            self._track(lambda t: t.close())
+            self.trackers = make_trackers(*self._tracking, resume=False)
+        self._track(lambda t: t.continued or self._replay(t))
 
     def curves(self) -> dict[str, list[tuple[int, float]]]:
         """What ``plot`` draws: {panel metrics joined by " vs ": {metric: [(iteration, value)]}},
@@ -101,11 +117,49 @@ class Reporter:
         path = self.run_dir / "learning_curves.png"
         fig.savefig(path, dpi=80)
         plt.close(fig)
+        step = max(r["step"] for r in self.history if r["kind"] == "train")
+        self._track(lambda t: t.image("train/learning_curves", step, path))
         return path
+
+    # ---- trackers (rti_actors.trackers) ----------------------------------------------------
+    def start_trackers(self, trackers: list, run_name: str, config: dict, samples: int = 4) -> None:
+        """Send what this run logs to ``reporting(trackers=...)`` as well, continuing the
+        tracker runs this run directory names; ``samples`` trajectories per iteration go to
+        a table (``log_trajectories``)."""
+        self._tracking = (list(trackers), self.run_dir, run_name, config)
+        self.samples = samples
+        self.trackers = make_trackers(*self._tracking)
+
+    def _replay(self, tracker: Tracker) -> None:
+        """The history so far into a tracker run that starts after it (a resumed run's new one)."""
+        for r in self.history:
+            metrics = {k: v for k, v in r.items() if k not in ("kind", "step", "time")}
+            tracker.scalars(r["kind"], r["step"], _scalars(metrics), r["time"])
+
+    def log_trajectories(self, step: int, trajectories: list) -> None:
+        """A few of this iteration's trajectories as a table in each tracker
+        (``trackers.trajectory_rows``)."""
+        if self.trackers and self.samples:
+            rows = trajectory_rows(step, trajectories, self.samples)
+            self._track(lambda t: t.table("train/trajectories", step, TABLE_COLUMNS, rows))
+
+    def _track(self, call) -> None:
+        """``call(tracker)`` for each tracker. One that fails is dropped with a warning: the
+        run directory still has everything, and a tracker's server being down must not end
+        a long run."""
+        for t in list(self.trackers):
+            try:
+                call(t)
+            except Exception as e:
+                log.warning("tracker %s failed (%s: %s); it gets nothing more from this run, the run directory "
+                            "has everything", t.name, type(e).__name__, e)
+                self.trackers.remove(t)
 
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+        self._track(lambda t: t.close())
+        self.trackers = []
 
 
 # RTI's funnel in candidates (failed trajectories), stage by stage, as the progress line names it;
