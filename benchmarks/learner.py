@@ -65,7 +65,9 @@ BACKENDS = {"deepspeed": {"backend": "deepspeed", "zero_stage": 0}, "torch": {"b
 def learner_config(name: str, backend: str, dtype: str, args) -> dict:
     lora = name.startswith("lora")
     layout = LAYOUTS[name.removeprefix("lora").strip("+") or "full"] if name != "sdpa" else {}
-    return {**BACKENDS[backend], **layout, "dtype": dtype, "micro_batch_tokens": args.micro_batch_tokens,
+    # "default": the dtype the learner picks itself on this machine
+    return {**BACKENDS[backend], **layout, **({} if dtype == "default" else {"dtype": dtype}),
+            "micro_batch_tokens": args.micro_batch_tokens,
             "gradient_checkpointing": args.gradient_checkpointing, "lr": 1e-4 if lora else 1e-6,
             **({"lora": LORA} if lora else {})}
 
@@ -89,6 +91,34 @@ def navigation_batch(tokenizer, groups: int, group_size: int, page_size: int, se
             s.pop("messages")
             s["behaviour_logprobs"] = [-rng.uniform(0.05, 3.0) if m else 0.0 for m in s["loss_mask"]]
             batch.append({**s, "advantage": rng.uniform(-1.5, 1.5), "policy_version": 0})
+    return batch
+
+
+def completions_batch(tokenizer, prompts: int, group_size: int, max_new: int, seed: int = 0) -> list[dict]:
+    """GRPO on single-turn tool calls: ``prompts`` Lookup-v0 tier-1 prompts (system prompt, tool
+    schemas, question) x ``group_size`` completions. Each completion is the oracle's first
+    tool call followed by seeded random tokens up to a seeded length in [max_new / 2, max_new]:
+    only the lengths matter to the learner's speed, and these are a sampled group's."""
+    from envs import make_env
+    from policies.chat import ChatRenderer
+    from rti_actors.demonstrations import record_agent, to_sample
+
+    rng = random.Random(seed)
+    config = {"tiers": [1]}
+    tasks = make_env("Lookup-v0", {"split": "train", **config}).unwrapped.task_ids("train")[:prompts]
+    renderer, batch = ChatRenderer(tokenizer), []
+    for record in record_agent("Lookup-v0", config, tasks):
+        first = next(i for i, m in enumerate(record["messages"]) if m["role"] == "assistant")
+        s = to_sample(renderer, {**record, "messages": record["messages"][:first + 1]})
+        start = s["loss_mask"].index(1)
+        for _ in range(group_size):
+            n = rng.randint(max_new // 2, max_new)
+            tail = [rng.randrange(tokenizer.vocab_size) for _ in range(max(0, start + n - len(s["ids"])))]
+            ids = (s["ids"] + tail)[:start + n]
+            mask = [0] * start + [1] * n
+            batch.append({"ids": ids, "loss_mask": mask, "token_weight": [1.0] * len(ids),
+                          "behaviour_logprobs": [-rng.uniform(0.05, 3.0) if m else 0.0 for m in mask],
+                          "advantage": rng.uniform(-1.5, 1.5), "policy_version": 0})
     return batch
 
 
@@ -140,10 +170,44 @@ def step_flops(hf_config, layout, samples: list[dict], lora: bool) -> float:
             + 12 * layers * heads * head_dim * pairs)
 
 
+# Where a step's time goes, by the op (or the nearest enclosing op) it is spent in: the
+# first rule whose pattern is in the op's name or an ancestor's wins. Self times are the
+# main thread's (intra-op threads work inside the op that launched them).
+PARTS = (("vocabulary projection + log-softmax", ("learner.vocab_logprobs", "_SlicedTokenLogprobs", "logsumexp",
+                                                 "log_softmax", "LogsumexpBackward", "LogSoftmaxBackward")),
+         ("optimizer", ("Optimizer.step", "Optimizer.zero_grad", "clip_grad_norm", "vector_norm")),
+         ("attention", ("attention",)),
+         ("linear layers (matmuls)", ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear")),
+         ("norms, activations, rotary", ("silu", "rsqrt", "aten::pow", "aten::mean", "aten::mul", "aten::add",
+                                         "aten::neg", "aten::cat", "aten::cos", "aten::sin")),
+         ("copies, casts, layout", ("aten::copy_", "aten::to", "aten::_to_copy", "aten::clone", "aten::contiguous",
+                                    "aten::index", "aten::cat", "aten::fill_", "aten::zero_", "aten::empty")))
+
+
+def profile_step(learner, batch) -> dict:
+    """One more step under torch's profiler: seconds per part of the step (``PARTS``)."""
+    from collections import Counter
+
+    import torch
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        learner.update(batch)
+    parts: Counter = Counter()
+    for e in prof.events():
+        names, up = [e.name], e.cpu_parent
+        while up is not None:
+            names.append(up.name)
+            up = up.cpu_parent
+        part = next((p for p, pats in PARTS if any(pat in n for n in names for pat in pats)), "other")
+        parts[part] += e.self_cpu_time_total / 1e6
+    return {p: round(v, 2) for p, v in sorted(parts.items(), key=lambda kv: -kv[1])}
+
+
 def run_one(name: str, backend: str, dtype: str, args) -> dict:
     import torch
     from transformers import AutoConfig, AutoTokenizer
 
+    if args.code:  # another tree's library (--compare): imported before ours
+        sys.path.insert(0, args.code)
     from policies.models import load_model
     from rti_actors.batch_layout import plan
     from rti_actors.learner import Learner
@@ -153,10 +217,11 @@ def run_one(name: str, backend: str, dtype: str, args) -> dict:
     hf_config = AutoConfig.from_pretrained(path)
     if args.workload == "navigation":
         batch = navigation_batch(AutoTokenizer.from_pretrained(path), args.groups, args.group_size, args.page_size)
+    elif args.workload == "completions":
+        batch = completions_batch(AutoTokenizer.from_pretrained(path), args.prompts, args.group_size, args.max_new)
     else:
         batch = synthetic_batch(args.seqs, args.seq_len, hf_config.vocab_size)
     config = learner_config(name, backend, dtype, args)
-    peak = matmul_flops(getattr(torch, dtype), torch.get_num_threads())
     if name == "sdpa":
         # the learner before its own attention function: transformers' SDPA, padded rows
         import rti_actors.learner
@@ -164,9 +229,12 @@ def run_one(name: str, backend: str, dtype: str, args) -> dict:
     t0 = time.perf_counter()
     learner = Learner(path, config)
     init_s = time.perf_counter() - t0
+    dtype = learner.config["dtype"]  # what "default" became
+    peak = matmul_flops(getattr(torch, dtype), torch.get_num_threads())
     if args.warmup:
         learner.update(batch)  # allocator, DeepSpeed buffers
     metrics = [learner.update(batch) for _ in range(args.steps)]
+    profile = profile_step(learner, batch) if args.profile else None
     seconds = sum(m["seconds"] for m in metrics) / len(metrics)
     layout = plan([s["ids"] for s in batch], [s["loss_mask"] for s in batch], config["micro_batch_tokens"],
                   pack=config.get("pack_sequences", False), share=config.get("share_prefix", False))
@@ -174,26 +242,59 @@ def run_one(name: str, backend: str, dtype: str, args) -> dict:
     # the better of a matmul before and after the steps: a busy moment only lowers a reading
     peak = max(peak, matmul_flops(getattr(torch, dtype), torch.get_num_threads()))
     tokens = sum(len(s["ids"]) for s in batch)
-    return {"config": name, "backend": backend, "dtype": dtype, "threads": torch.get_num_threads(),
+    return {"config": name, "code": args.code_label, "backend": backend, "dtype": dtype,
+            "threads": torch.get_num_threads(),
             "samples": len(batch), "tokens": tokens, "init_s": round(init_s, 1), "step_s": round(seconds, 1),
             "tokens_per_s": round(tokens / seconds, 1), "loss": metrics[0]["loss"],
             "padding_frac": round(metrics[0]["padding_frac"], 3), "rows": metrics[0]["num_micro_batches"],
             "prefix_tokens_saved": metrics[0]["prefix_tokens_saved"],
             "tflops": round(flops / seconds / 1e12, 4), "matmul_tflops": round(peak / 1e12, 4),
             "mfu": round(flops / seconds / peak, 3),
-            "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)}
+            "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
+            **({"profile": profile} if profile else {})}
 
 
-COLUMNS = ["config", "backend", "dtype", "tokens", "step_s", "tokens_per_s", "speedup", "loss", "padding_frac",
+COLUMNS = ["config", "code", "backend", "dtype", "tokens", "step_s", "tokens_per_s", "speedup", "loss", "padding_frac",
            "rows", "tflops", "matmul_tflops", "mfu", "peak_rss_gib"]
+
+
+def worktree(rev: str) -> Path:
+    """A checkout of ``rev`` beside the repository's own, made once and reused."""
+    sha = subprocess.run(["git", "rev-parse", "--short", rev], cwd=REPO, check=True, capture_output=True,
+                         text=True).stdout.strip()
+    path = REPO / ".cache" / "bench-code" / sha
+    if not path.is_dir():
+        subprocess.run(["git", "worktree", "add", "--detach", str(path), sha], cwd=REPO, check=True)
+    return path
+
+
+def baseline(rows: list[dict], row: dict) -> dict:
+    """What a row's speedup is against: the same configuration and backend on the compared
+    code (or, without --compare, the padded full fine-tune), in the first dtype measured."""
+    same = [r for r in rows if r["config"] == row["config"] and r["backend"] == row["backend"]]
+    if row["code"] != "HEAD" or not any(r["code"] != "HEAD" for r in same):
+        same = [r for r in rows if r["config"] in ("sdpa", "full") and r["backend"] == row["backend"]
+                and r["code"] == row["code"]]
+    return same[0] if same else row
+
+
+def cpu_name() -> str:
+    import platform
+    try:
+        return next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                    if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m-instruct")
-    ap.add_argument("--workload", choices=("navigation", "synthetic"), default="navigation")
+    ap.add_argument("--workload", choices=("navigation", "completions", "synthetic"), default="navigation")
     ap.add_argument("--groups", type=int, default=2)
     ap.add_argument("--group-size", type=int, default=8)
+    ap.add_argument("--prompts", type=int, default=4, help="completions: Lookup tier-1 prompts")
+    ap.add_argument("--max-new", type=int, default=128, help="completions: longest completion")
     ap.add_argument("--page-size", type=int, default=3)
     ap.add_argument("--seqs", type=int, default=8)
     ap.add_argument("--seq-len", type=int, default=512)
@@ -204,9 +305,14 @@ def main():
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--configs", default="sdpa,full,prefix,packed,prefix+packed,lora,lora+prefix+packed")
     ap.add_argument("--backends", default="deepspeed")
-    ap.add_argument("--dtypes", default="float32")
+    ap.add_argument("--dtypes", default="float32", help="comma-separated; 'default': the learner's own choice")
+    ap.add_argument("--compare", metavar="REV", help="also run every configuration on the library as of git REV "
+                    "(a worktree under .cache/bench-code), first, in the same run")
     ap.add_argument("--out", default="benchmarks/results/learner.json")
+    ap.add_argument("--profile", action="store_true", help="one more step under torch's profiler: seconds per part")
     ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--code", help=argparse.SUPPRESS)
+    ap.add_argument("--code-label", default="HEAD", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         name, backend, dtype = args.child.split(":")
@@ -214,28 +320,36 @@ def main():
         return
     env = os.environ.copy()
     env.setdefault("TORCH_EXTENSIONS_DIR", str(REPO / ".cache" / "torch_extensions"))
+    trees = [(args.compare, str(worktree(args.compare)))] if args.compare else []
+    trees.append(("HEAD", None))
     rows = []
     for backend in args.backends.split(","):
         for dtype in args.dtypes.split(","):
             for name in args.configs.split(","):
-                cmd = [sys.executable, __file__, "--child", f"{name}:{backend}:{dtype}"] + sys.argv[1:]
-                out = subprocess.run(cmd, capture_output=True, text=True, env=env)
-                line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
-                if not line:
-                    print(out.stderr[-3000:], file=sys.stderr)
-                    raise SystemExit(f"learner config {name} ({backend}, {dtype}) failed")
-                row = json.loads(line[0][7:])
-                base = next((r for r in rows if r["config"] in ("sdpa", "full") and r["backend"] == backend
-                             and r["dtype"] == dtype), row)
-                row["speedup"] = round(row["tokens_per_s"] / base["tokens_per_s"], 2)
-                rows.append(row)
-                print(f"done {name} {backend} {dtype}: {row['tokens_per_s']} tokens/s", file=sys.stderr, flush=True)
-                Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-                Path(args.out).write_text(json.dumps({"args": {k: v for k, v in vars(args).items() if k != "child"},
-                                                      "rows": rows}, indent=2))
+                for label, code in trees:
+                    cmd = [sys.executable, __file__, "--child", f"{name}:{backend}:{dtype}", "--code-label", label,
+                           *(["--code", code] if code else []), *sys.argv[1:]]
+                    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+                    line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
+                    if not line:
+                        print(out.stderr[-3000:], file=sys.stderr)
+                        raise SystemExit(f"learner config {name} ({backend}, {dtype}, {label}) failed")
+                    row = json.loads(line[0][7:])
+                    row["speedup"] = round(row["tokens_per_s"] / baseline(rows, row)["tokens_per_s"], 2)
+                    rows.append(row)
+                    print(f"done {name} {backend} {dtype} {label}: {row['tokens_per_s']} tokens/s", file=sys.stderr,
+                          flush=True)
+                    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+                    Path(args.out).write_text(json.dumps({"args": {k: v for k, v in vars(args).items()
+                                                                   if k not in ("child", "code", "code_label")},
+                                                          "cpu": cpu_name(), "rows": rows}, indent=2))
     print(" | ".join(f"{c:>13}" for c in COLUMNS))
     for r in rows:
         print(" | ".join(f"{(round(r[c], 5) if isinstance(r[c], float) else r[c])!s:>13}" for c in COLUMNS))
+    for r in rows:
+        if "profile" in r:
+            print(f"profile {r['config']} {r['code']} {r['dtype']} (s): " + ", ".join(f"{k} {v}"
+                                                                              for k, v in r["profile"].items()))
     print(f"wrote {args.out}")
 
 

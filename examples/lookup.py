@@ -34,7 +34,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from envs import make_env  # noqa: E402
-from policies.engines import cpu_has_native_bf16  # noqa: E402
 from rti_actors import RTIConfig, algorithm_names  # noqa: E402
 from rti_actors.demonstrations import outcomes_by_task, record_agent  # noqa: E402
 from rti_actors.reporting import progress_line, sft_line  # noqa: E402
@@ -118,8 +117,8 @@ def main(argv=None):
     ap.add_argument("--tasks-per-iteration", type=int, default=8)
     ap.add_argument("--lr", type=float, default=2e-5)
     ap.add_argument("--lora-rank", type=int, default=16, help="0: full fine-tune")
-    ap.add_argument("--learner-dtype", default="bfloat16" if cpu_has_native_bf16() else "float32",
-                    choices=["float32", "bfloat16"], help="default: bf16 where the CPU computes it natively")
+    ap.add_argument("--learner-dtype", default=None, choices=["float32", "bfloat16"],
+                    help="default: the learner's own, bf16 where the CPU computes it natively, else fp32")
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--max-turns", type=int, default=6)
     ap.add_argument("--max-new-tokens", type=int, default=96)

@@ -101,7 +101,7 @@ def main(argv=None):
     ap.add_argument("--lora-rank", type=int, default=0, metavar="R",
                     help="train rank-R LoRA adapters instead of every weight (0: full fine-tune)")
     ap.add_argument("--learner-dtype", default=None, choices=["float32", "bfloat16"],
-                    help="default: bf16 on GPU, fp32 on CPU (bf16 autocast is ~1.7x faster on a CPU with AMX)")
+                    help="default: bf16 on GPU and on CPUs with native bf16 (AVX512-BF16, AMX), else fp32")
     ap.add_argument("--page-size", type=int, default=10, help="POIs per search result (3 suits a 135M model's context)")
     ap.add_argument("--poi-extensions", default="all", choices=["all", "base"])
     ap.add_argument("--max-turns", type=int, default=12)

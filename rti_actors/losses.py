@@ -42,15 +42,80 @@ def token_logprobs(logits: torch.Tensor, ids: torch.Tensor, temperature: float =
     return torch.cat([torch.zeros_like(picked[:, :1]), picked], dim=1)
 
 
-ENTROPY_ROWS = 512  # loss positions per slice when token entropies are computed
+# fp32 logits per slice of loss positions: the vocabulary projection runs slice by slice
+# (forward and backward), so a step never holds [loss tokens x vocab] logits, their
+# softmax and their gradient at once; big enough that each slice is one efficient matmul
+LOGIT_SLICE_BYTES = 64 * 2**20
+
+
+def _logits(hidden: torch.Tensor, weight: torch.Tensor, bias, temperature: float) -> torch.Tensor:
+    return torch.nn.functional.linear(hidden, weight, bias).float() / temperature
+
+
+class _SlicedTokenLogprobs(torch.autograd.Function):
+    """log p(target) (and, without gradient, the entropy) of each row of ``hidden`` under the
+    linear head ``weight``/``bias`` at ``temperature``. The backward recomputes each slice's
+    logits from the saved hidden states and the log-normaliser instead of keeping them: the
+    exact gradient (d logp / d logits = onehot - softmax), for one extra head matmul."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, target, temperature, with_entropy):
+        w = weight.to(hidden.dtype)
+        b = None if bias is None else bias.to(hidden.dtype)
+        n, rows = hidden.shape[0], max(1, LOGIT_SLICE_BYTES // (4 * weight.shape[0]))
+        logp, lse = hidden.new_empty(n, dtype=torch.float32), hidden.new_empty(n, dtype=torch.float32)
+        entropy = hidden.new_zeros(n if with_entropy else 0, dtype=torch.float32)
+        for i in range(0, n, rows):
+            z = _logits(hidden[i:i + rows], w, b, temperature)
+            lse[i:i + rows] = norm = torch.logsumexp(z, dim=-1)
+            logp[i:i + rows] = z.gather(-1, target[i:i + rows, None]).squeeze(-1) - norm
+            if with_entropy:
+                entropy[i:i + rows] = norm - (torch.softmax(z, dim=-1) * z).sum(-1)
+        ctx.save_for_backward(hidden, weight, bias, target, lse)
+        ctx.temperature, ctx.rows = temperature, rows
+        ctx.mark_non_differentiable(entropy)
+        return logp, entropy
+
+    @staticmethod
+    def backward(ctx, grad, _):
+        hidden, weight, bias, target, lse = ctx.saved_tensors
+        w = weight.to(hidden.dtype)
+        b = None if bias is None else bias.to(hidden.dtype)
+        want_h, want_w, want_b = ctx.needs_input_grad[:3]
+        dh = torch.empty_like(hidden) if want_h else None
+        acc = torch.promote_types(weight.dtype, torch.float32)  # slices add up in at least fp32
+        dw = torch.zeros(weight.shape, dtype=acc, device=weight.device) if want_w else None
+        db = torch.zeros(weight.shape[0], dtype=acc, device=weight.device) if want_b else None
+        for i in range(0, hidden.shape[0], ctx.rows):
+            h, g = hidden[i:i + ctx.rows], grad[i:i + ctx.rows, None].float()
+            z = _logits(h, w, b, ctx.temperature)
+            dz = torch.exp(z - lse[i:i + ctx.rows, None]).mul_(-g)
+            dz.scatter_add_(-1, target[i:i + ctx.rows, None], g).div_(ctx.temperature)
+            dz_h = dz.to(hidden.dtype)
+            if want_h:
+                dh[i:i + ctx.rows] = dz_h @ w
+            if want_w:
+                dw += (dz_h.t() @ h).to(acc)
+            if want_b:
+                db += dz.to(acc).sum(0)
+        return (dh, None if dw is None else dw.to(weight.dtype), None if db is None else db.to(bias.dtype),
+                None, None, None)
+
+
+def _sliceable(head: torch.nn.Module) -> bool:
+    # a plain linear layer whose weight is all here: not an adapter-wrapped head (its
+    # forward adds more than weight and bias), not a ZeRO-3 partition (gathered only by
+    # the module's own forward hooks)
+    return type(head) is torch.nn.Linear and not hasattr(head.weight, "ds_id")
 
 
 def masked_token_logprobs(hidden: torch.Tensor, head: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor,
                           temperature: float = 1.0, with_entropy: bool = False):
     """``token_logprobs`` computed only where ``mask`` is set (0 elsewhere), from the
     decoder's hidden states. Projecting to the vocabulary only at loss positions skips most
-    of the lm_head work and the [tokens x vocab] logits that dominate learner memory: in an
-    agent trajectory most tokens are prompt, tool output or template glue.
+    of the lm_head work: in an agent trajectory most tokens are prompt, tool output or
+    template glue; and projecting them slice by slice (``_SlicedTokenLogprobs``) keeps the
+    [tokens x vocab] logits that dominate learner memory from existing at all.
 
     ``with_entropy``: also return each loss token's entropy (nats, at ``temperature``, 0
     elsewhere), from the same logits and without gradient: AEPO weighs advantages by it, and
@@ -58,21 +123,22 @@ def masked_token_logprobs(hidden: torch.Tensor, head: torch.nn.Module, ids: torc
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0 to score tokens, got {temperature}")
     rows, cols = mask[:, 1:].nonzero(as_tuple=True)  # token t is predicted at position t - 1
-    logits = head(hidden[rows, cols]).float() / temperature
     target = ids[rows, cols + 1]
-    norm = torch.logsumexp(logits, dim=-1)
-    picked = logits.gather(-1, target[:, None]).squeeze(-1) - norm
+    if _sliceable(head):
+        picked, entropy = _SlicedTokenLogprobs.apply(hidden[rows, cols], head.weight, head.bias, target,
+                                                     float(temperature), with_entropy)
+    else:
+        logits = head(hidden[rows, cols]).float() / temperature
+        norm = torch.logsumexp(logits, dim=-1)
+        picked = logits.gather(-1, target[:, None]).squeeze(-1) - norm
+        if with_entropy:
+            with torch.no_grad():
+                entropy = norm - (torch.softmax(logits, dim=-1) * logits).sum(-1)
     out = torch.zeros(ids.shape, dtype=picked.dtype, device=ids.device)
     logp = out.index_put((rows, cols + 1), picked)
     if not with_entropy:
         return logp
-    with torch.no_grad():
-        # in slices of rows: a whole [tokens x vocab] softmax would double the logits' memory peak
-        z = logits.detach()
-        entropy = torch.cat([norm[i:i + ENTROPY_ROWS].detach()
-                             - (torch.softmax(z[i:i + ENTROPY_ROWS], dim=-1) * z[i:i + ENTROPY_ROWS]).sum(-1)
-                             for i in range(0, z.shape[0], ENTROPY_ROWS)] or [norm.detach()])
-    return logp, torch.zeros_like(out).index_put((rows, cols + 1), entropy)
+    return logp, torch.zeros_like(out).index_put((rows, cols + 1), entropy.detach())
 
 
 def _masked_log_ratio(logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -28,7 +28,6 @@ AT_MOST, AT_LEAST = 0.45, 0.46  # success on the fixed tasks: the start policy's
 
 def test_grpo_raises_tier1_success_from_the_start_policy(ray_cluster, lookup_start_policy, tmp_path):
     from envs import make_env
-    from policies.engines import cpu_has_native_bf16
     from rti_actors import RTIConfig
 
     train_ids = make_env("Lookup-v0", {"tiers": [1]}).unwrapped.task_ids("train")
@@ -37,8 +36,7 @@ def test_grpo_raises_tier1_success_from_the_start_policy(ray_cluster, lookup_sta
             .policy(model=lookup_start_policy, engine="vllm", max_new_tokens=96, max_model_len=2048, temperature=1.0)
             .env_runners(num_env_runners=2, num_envs_per_env_runner=16)
             .training(algorithm="grpo", group_size=8, tasks_per_iteration=4, lr=2e-4, task_ids=train_ids)
-            .learners(backend="torch", dtype="bfloat16" if cpu_has_native_bf16() else "float32",
-                      share_prefix=True, pack_sequences=True, lora={"r": 16})
+            .learners(backend="torch", share_prefix=True, pack_sequences=True, lora={"r": 16})
             .evaluation(num_samples=EVAL_SAMPLES)
             .debugging(seed=0)
             .reporting(run_dir=str(tmp_path), plot=False, tensorboard=False)

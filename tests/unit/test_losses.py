@@ -225,6 +225,50 @@ def test_masked_token_logprobs_equal_full_logprobs_on_the_mask():
     assert torch.allclose(g1, hidden.grad, atol=1e-6)
 
 
+@pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-10), (torch.bfloat16, 2e-2)])
+def test_sliced_vocabulary_projection_gives_the_unsliced_values_and_gradients(monkeypatch, dtype, tol):
+    # slices of 3 rows over 7 loss positions (the last slice short); the gradients of the
+    # hidden states, the head's weight and its bias, and the entropies, against the plain
+    # projection of all rows at once
+    import rti_actors.losses as losses
+
+    torch.manual_seed(1)
+    vocab = 13
+    monkeypatch.setattr(losses, "LOGIT_SLICE_BYTES", 3 * 4 * vocab)
+    head = torch.nn.Linear(8, vocab, bias=True).to(dtype)
+    hidden = torch.randn(2, 6, 8, dtype=dtype, requires_grad=True)
+    ids = torch.randint(0, vocab, (2, 6))
+    mask = torch.tensor([[0, 1, 1, 1, 0, 1], [0, 1, 1, 0, 1, 0]], dtype=torch.bool)
+    weights = torch.randn(2, 6, dtype=torch.float64)
+
+    def run(sliced: bool):
+        monkeypatch.setattr(losses, "_sliceable", lambda h: sliced)
+        for t in (hidden, head.weight, head.bias):
+            t.grad = None
+        logp, ent = losses.masked_token_logprobs(hidden, head, ids, mask, temperature=0.7, with_entropy=True)
+        (logp.double() * weights).sum().backward()
+        return [x.detach().double().clone() for x in (logp, ent, hidden.grad, head.weight.grad, head.bias.grad)]
+
+    sliced, plain = run(True), run(False)
+    assert plain[2].abs().sum() > 0 and plain[3].abs().sum() > 0
+    for name, a, b in zip(("logp", "entropy", "d hidden", "d weight", "d bias"), sliced, plain):
+        assert torch.allclose(a, b, atol=tol, rtol=tol), name
+
+
+def test_only_a_plain_whole_linear_head_is_projected_in_slices():
+    from rti_actors.losses import _sliceable
+
+    head = torch.nn.Linear(4, 5)
+    assert _sliceable(head)
+
+    class Adapter(torch.nn.Linear):  # e.g. a LoRA-wrapped head: its forward is not weight and bias
+        pass
+
+    assert not _sliceable(Adapter(4, 5))
+    head.weight.ds_id = 3  # a ZeRO-3 partition: only the module's forward gathers it
+    assert not _sliceable(head)
+
+
 def test_gspo_on_a_packed_row_equals_the_padded_rows():
     # two sequences end to end in one row, told apart by their sequence index, give the
     # loss and gradient of the same two sequences as right-padded rows

@@ -127,7 +127,8 @@ def test_learner_trains_per_token_advantages(tiny_model_path):
     from tests.samples import make_batch
 
     def learner():
-        return Learner(tiny_model_path, {"backend": "torch", "algorithm": "opd", "lr": 1e-3})
+        # fp32: packed and padded rows are compared exactly (bf16 rounds them differently)
+        return Learner(tiny_model_path, {"backend": "torch", "algorithm": "opd", "lr": 1e-3, "dtype": "float32"})
 
     batch = make_batch(n=3)
     same = [{**s, "token_advantages": [s["advantage"] * m for m in s["loss_mask"]]} for s in batch]
@@ -156,7 +157,8 @@ def test_learner_trains_per_token_advantages(tiny_model_path):
     m = probe.update(on_policy)
     assert m["loss"] == pytest.approx(-sum(weighted) / len(weighted), rel=1e-4, abs=1e-6)
     assert m["clip_frac"] == 0.0
-    packed = Learner(tiny_model_path, {"backend": "torch", "algorithm": "opd", "lr": 1e-3, "pack_sequences": True})
+    packed = Learner(tiny_model_path, {"backend": "torch", "algorithm": "opd", "lr": 1e-3, "pack_sequences": True,
+                                       "dtype": "float32"})
     assert packed.update(on_policy)["loss"] == pytest.approx(m["loss"], rel=1e-5, abs=1e-7)
     with pytest.raises(ValueError, match="token_advantages"):
         learner().update([{**batch[0], "token_advantages": [0.0]}])
