@@ -25,3 +25,6 @@ register_builtin("Lookup-v0", "envs.lookup:LookupEnv")
 # MCP servers (the `mcp` extra): any server's tools, and Navigation served over MCP.
 register_builtin("MCP-v0", "envs.mcp:MCPToolEnv")
 register_builtin("NavigationMCP-v0", "envs.navigation.mcp_server:NavigationMCPEnv")
+# Other packages' environments: OpenEnv (the `openenv` extra) and verifiers tasksets (`verifiers`).
+register_builtin("OpenEnv-v0", "envs.openenv_env:OpenEnvToolEnv")
+register_builtin("Verifiers-v0", "envs.verifiers_env:VerifiersToolEnv")
