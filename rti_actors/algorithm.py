@@ -131,7 +131,7 @@ class Algorithm:
 
     def task_ids(self, split: str | None = None) -> list[str]:
         """The tasks of ``split`` (default: the evaluation split), in the environment's order."""
-        return ray.get(self.runners[0].task_ids.remote(split or self.config["evaluation"]["split"]))
+        return self.runners.call("task_ids", split or self.config["evaluation"]["split"])  # any live runner
 
     def evaluate(self, split: str | None = None, num_tasks: int | None = None, method: str | None = None,
                  record_path: str | os.PathLike | None = None, num_samples: int | None = None,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,7 +34,8 @@ from rti_actors.cluster import check_custom_resources, check_shared_paths, clust
 from rti_actors.engine_actor import EngineActor, EnginePool, LatestWeights
 from rti_actors.engine_chat import EngineChat
 from rti_actors.env_runner import EnvRunner
-from rti_actors.learner import estimate_memory_gib
+from rti_actors.failover import Members
+from rti_actors.learner import estimate_memory_gib, learner_dtype
 from rti_actors.learner_group import LearnerGroup
 from rti_actors.logs import actor_env_vars, actor_log_dir
 from rti_actors.lora import check_lora
@@ -52,7 +54,7 @@ class ActorGraph:
     renderer: object              # policies.chat.ChatRenderer of the policy
     engine_dtype: str             # what the policy engines run (the publish casts to it)
     engines: list                 # the policy's engine actors
-    runners: list
+    runners: Members              # the env runners (failover.Members: the dead ones known)
     queue: object
     learner: object
     weight_sync: str              # "broadcast" | "object_store"
@@ -61,16 +63,17 @@ class ActorGraph:
     latest: object = None         # engine_actor.LatestWeights: what a restarted engine installs
     plugin: AlgorithmPlugin | None = None  # the run's algorithm, its actors started
     extra: dict = field(default_factory=dict)  # {kind: actors}: the plug-in's actors, extra engines
+    kept: list = field(default_factory=list)  # large constructor arguments, in the object store for the run
 
     def kinds(self) -> dict[str, list]:
         """Every actor by kind, for the fault counters (``rti_actors.faults``)."""
-        return {"engine": self.engines, "env_runner": self.runners, "replay_queue": [self.queue],
+        return {"engine": self.engines, "env_runner": list(self.runners), "replay_queue": [self.queue],
                 "learner": self.learner.ranks, **self.extra}
 
     def kill(self) -> None:
         if self.learner is not None:
             self.learner.kill()  # its ranks and their placement group
-        for a in self.runners + self.engines + [self.queue, self.latest] + [x for v in self.extra.values() for x in v]:
+        for a in [*self.runners, *self.engines, self.queue, self.latest, *(x for v in self.extra.values() for x in v)]:
             if a is not None:
                 ray.kill(a, no_restart=True)
 
@@ -151,12 +154,14 @@ class GraphParts:
     model_path: str
     renderer: object
     engines: list
-    pool: EnginePool
-    runners: list
+    pool: EnginePool              # over the engines' names: an actor may take it as an argument
+    runners: Members
     creator: object               # the env's creator, for actors that make envs of their own
     env_config: dict              # as the runners got it (models wired to engines)
     extra_engines: ExtraEngines
     started: list                 # every actor started, for the clean-up when build fails
+    # creator and env_config are what an actor's constructor may take: either one, when
+    # large, is an object-store ref the graph holds for the run (``restartable``)
 
 
 def _start(c: RTIConfig, model_path: str, renderer, started: list, log_dir: Path | None,
@@ -169,30 +174,38 @@ def _start(c: RTIConfig, model_path: str, renderer, started: list, log_dir: Path
         engine_kwargs["tensor_parallel_size"] = p["tensor_parallel_size"]
     restarts = {"max_restarts": ft["max_restarts"], "max_task_retries": ft["max_task_retries"]}
     engine_env = threads_env(r["num_threads_per_engine"], actor_env_vars("engine", log_dir))
-    latest = ray.remote(LatestWeights).options(num_cpus=0, **restarts).remote()
+    # Actors that others' constructors need are named, and the constructors get the names:
+    # Ray restarts an actor with the arguments it kept, and a handle among them is a
+    # reference that may be gone by then; a string is not. The prefix is this graph's own.
+    prefix = f"rti-{uuid.uuid4().hex[:12]}"
+    kept: list = []
+    latest = ray.remote(LatestWeights).options(num_cpus=0, name=f"{prefix}-latest", **restarts).remote()
     started.append(latest)
-    engine_cls = ray.remote(EngineActor).options(
-        num_cpus=r["num_cpus_per_engine"], num_gpus=r["num_gpus_per_engine"], resources=r["custom_resources_per_engine"],
-        **restarts, runtime_env=engine_env)
-    engines = [engine_cls.remote(p["engine"], model_path, engine_kwargs, latest=latest) for _ in range(r["num_engines"])]
+    engine_options = dict(num_cpus=r["num_cpus_per_engine"], num_gpus=r["num_gpus_per_engine"],
+                          resources=r["custom_resources_per_engine"], **restarts, runtime_env=engine_env)
+    names = [f"{prefix}-engine-{i}" for i in range(r["num_engines"])]
+    engines = [ray.remote(EngineActor).options(name=name, **engine_options).remote(
+        p["engine"], model_path, engine_kwargs, latest=f"{prefix}-latest") for name in names]
     started += engines
     extra_engines = ExtraEngines(p["engine"], {"dtype": dtype, "max_model_len": p["max_model_len"]},
-                                  r["num_gpus_per_engine"], engine_env, started, restarts)
+                                  r["num_gpus_per_engine"], engine_env, started, restarts, prefix)
     # env runners: each hosts num_envs_per_env_runner environments. env_config may name a
     # model for τ²'s LLM user or Hard20's judge: the runners get EngineChat callables in its
     # place, while the config keeps the strings so checkpoints stay plain JSON.
     env = c["environment"]["env"]
     creator = get_creator(env) if isinstance(env, str) else env
-    env_config = resolve_env_config(c["environment"]["env_config"], engines, model_path, extra_engines)
+    env_config = resolve_env_config(c["environment"]["env_config"], names, model_path, extra_engines)
+    creator_arg, config_arg = restartable(creator, kept), restartable(env_config, kept)
     # every runner call is idempotent (episodes are seeded and replay on fresh envs), so Ray
     # may retry it on the restarted runner; the driver moves a chunk on when that fails too
     runner_cls = ray.remote(EnvRunner).options(num_cpus=r["num_cpus_per_env_runner"],
                                                resources=r["custom_resources_per_env_runner"], **restarts)
-    pool = EnginePool(engines)
-    runners = [runner_cls.remote(creator, env_config, r["num_envs_per_env_runner"], model_path, p, pool, i,
+    pool = EnginePool(names)
+    handles = [runner_cls.remote(creator_arg, config_arg, r["num_envs_per_env_runner"], model_path, p, pool, i,
                                  c["debugging"]["check_drift"], ft["max_episode_retries"])
                for i in range(r["num_env_runners"])]
-    started += runners
+    started += handles
+    runners = Members("env runner", handles, max_tries=ft["max_restarts"] + 1)
 
     # replay queue and learner
     queue = ray.remote(ReplayQueue).options(num_cpus=0, **restarts).remote(t["max_policy_lag"])
@@ -206,9 +219,9 @@ def _start(c: RTIConfig, model_path: str, renderer, started: list, log_dir: Path
     # every actor answers before build returns: one that cannot start (an engine that
     # refuses its settings, a model that does not fit) fails here
     await_started({**{f"engine {i}": e for i, e in enumerate(engines)},
-                   **{f"env runner {i}": x for i, x in enumerate(runners)}, **learner.named_actors(),
+                   **{f"env runner {i}": x for i, x in enumerate(handles)}, **learner.named_actors(),
                    **{f"engine for {path}": e for path, e in extra_engines.by_path.items()}}, ft["start_timeout_s"])
-    train_ids = ray.get(runners[0].task_ids.remote("train"))
+    train_ids = runners.call("task_ids", "train")
     if not train_ids:
         raise ConfigError(f"environment {env!r} has no tasks in its 'train' split")
     if t["task_ids"] is not None:
@@ -218,34 +231,59 @@ def _start(c: RTIConfig, model_path: str, renderer, started: list, log_dir: Path
                               f"{env!r}'s 'train' split; give ids from env.task_ids('train')")
         train_ids = list(t["task_ids"])
 
-    extra = dict(plugin.start_actors(GraphParts(c, model_path, renderer, engines, pool, runners, creator, env_config,
-                                           extra_engines, started)))
+    extra = dict(plugin.start_actors(GraphParts(c, model_path, renderer, engines, pool, runners, creator_arg,
+                                                config_arg, extra_engines, started)))
     mode, meta = _init_weight_sync(c, learner, engines)
     if extra_engines.by_path:
         extra["extra_engine"] = extra_engines.handles()
     return ActorGraph(model_path, renderer, dtype, engines, runners, queue, learner, mode, meta, train_ids,
-                      latest, plugin, extra)
+                      latest, plugin, extra, kept)
+
+
+# Ray sends a constructor argument above this many bytes through the object store (its
+# max_direct_call_object_size, 100 KiB), where it lives only as long as someone holds it.
+INLINE_BYTES = 64 * 1024
+
+
+def restartable(value, kept: list):
+    """``value`` as an actor's constructor argument that a restart cannot lose: itself when
+    Ray sends it inline; else an object-store ref appended to ``kept``, which the graph holds
+    for the run (Ray hands the actor the value behind a ref given as an argument)."""
+    if len(ray.cloudpickle.dumps(value)) <= INLINE_BYTES:
+        return value
+    ref = ray.put(value)
+    kept.append(ref)
+    return ref
 
 
 class ExtraEngines:
     """Engine actors over other model folders (a role model, a τ² user, a judge): one per
-    distinct model, shared by whoever asks for it."""
+    distinct model, shared by whoever asks for it. Each is a named actor (``prefix``: the
+    graph's), so other actors take its name as an argument (``name``)."""
 
     def __init__(self, kind: str, kwargs: dict, num_gpus: float = 0, runtime_env: dict | None = None,
-                 started: list | None = None, restarts: dict | None = None):
+                 started: list | None = None, restarts: dict | None = None, prefix: str | None = None):
         self.kind, self.kwargs, self.num_gpus = kind, kwargs, num_gpus
         self.runtime_env = runtime_env or threads_env(None)  # the policy engines' threads and log files
         self.restarts = restarts or {}  # their weights never change: a restart from the folder is whole
         self.started = started if started is not None else []  # every actor started, for clean-up on failure
+        self.prefix = prefix or f"rti-{uuid.uuid4().hex[:12]}"
         self.by_path: dict[str, object] = {}
+        self.names: dict[str, str] = {}
 
     def get(self, path: str):
         if path not in self.by_path:
+            self.names[path] = f"{self.prefix}-extra-engine-{len(self.names)}"
             self.by_path[path] = ray.remote(EngineActor).options(
-                num_cpus=0, num_gpus=self.num_gpus, runtime_env=self.runtime_env, **self.restarts).remote(
-                self.kind, path, self.kwargs)
+                num_cpus=0, num_gpus=self.num_gpus, runtime_env=self.runtime_env, name=self.names[path],
+                **self.restarts).remote(self.kind, path, self.kwargs)
             self.started.append(self.by_path[path])
         return self.by_path[path]
+
+    def name(self, path: str) -> str:
+        """The name of ``path``'s engine actor, started on first use."""
+        self.get(path)
+        return self.names[path]
 
     def handles(self) -> list:
         return list(self.by_path.values())
@@ -267,7 +305,8 @@ CHAT_DEFAULTS = {"user_max_tokens": 256, "user_temperature": 0.0, "judge_max_tok
 def resolve_env_config(env_config: dict, policy_engines: list, policy_path: str, extra_engines) -> dict:
     """The env_config the env runners get. Raises ``ConfigError`` for values that cannot
     work. The caller's dict is not changed (it is saved with checkpoints, so it keeps the
-    plain strings). ``extra_engines.get(path)`` gives the engine actor of another model."""
+    plain strings). ``policy_engines``: the policy engines' names; ``extra_engines.name(path)``
+    gives the name of another model's engine actor."""
     cfg = dict(env_config)
     opt = {**CHAT_DEFAULTS, **cfg}.get  # not written into cfg: custom envs may reject unknown keys
 
@@ -280,7 +319,7 @@ def resolve_env_config(env_config: dict, policy_engines: list, policy_path: str,
             path = load_model(model)
         except (ValueError, RuntimeError) as e:
             raise ConfigError(f"env_config[{key!r}]: {e}") from None
-        return EngineChat([extra_engines.get(path)], path, max_tokens, temperature)
+        return EngineChat([extra_engines.name(path)], path, max_tokens, temperature)
 
     def endpoint_ok(key: str) -> None:
         ep = cfg.get(key)
@@ -380,7 +419,7 @@ def _check_memory(c: RTIConfig, model_path: str, extra_models: list[str] = ()) -
         # states are a few percent of it at the usual ranks
         need = n * weights_gib
     else:
-        need = n * estimate_memory_gib(model_path, lc["zero_stage"], lc["dtype"] or "float32", world_size=n)
+        need = n * estimate_memory_gib(model_path, lc["zero_stage"], lc["dtype"] or learner_dtype(False), world_size=n)
     need += r["num_engines"] * (weights_gib + 1.5)
     # another model's engine: its weights, which dominate for a teacher larger than the policy
     # (the runtime allowance above is per policy engine and not repeated for it)

@@ -112,6 +112,22 @@ def verify(path: str | Path) -> Path:
     return path
 
 
+def load_error(folder: str | Path, err: BaseException) -> BaseException:
+    """A learner's load of ``folder`` that failed although ``verify`` passed (a file whose size
+    is right but whose state does not fit, e.g. an optimiser state with another number of
+    parameter groups), as a ``CheckpointError`` that names the folder and the learner's state
+    files. An error that names the folder already is returned as it is."""
+    folder = Path(folder)
+    cause = getattr(err, "cause", None) or err  # a learner rank's error arrives wrapped by Ray
+    if str(folder) in str(cause):
+        return err
+    files = sorted(folder.rglob("*.pt"))
+    named = ", ".join(str(f) for f in files) if files else f"the files under {folder}"
+    return CheckpointError(f"checkpoint {folder.parent} could not be restored: the learner's state in {named} does "
+                           f"not fit this learner ({type(cause).__name__}: {str(cause).strip()[:300]}); the file is "
+                           "damaged or from another model or optimiser, and nothing was restored")
+
+
 def config_changes(saved: dict, current: dict) -> list[str]:
     """The training options that differ between a checkpoint's config and this run's, as
     "section.option: saved -> current". Options that only lay the run out (``options.LAYOUT``)

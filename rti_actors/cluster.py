@@ -38,31 +38,49 @@ if TYPE_CHECKING:  # the builder sits above the graph it starts
     from rti_actors.config import RTIConfig
 
 
+# Ray's system config switch for its metrics agent and Prometheus export (RayConfig's
+# enable_metrics_collection, read from RAY_<name> by every process of the head)
+METRICS_ENV = "RAY_enable_metrics_collection"
+
+
 def cluster_resources(log_level: str = "WARNING") -> dict[str, float]:
     """The cluster's total resources (``ray.cluster_resources()``). Connects to the cluster of
     a `ray job submit` (or RAY_ADDRESS, or the one `ray start` left on this machine), else
-    starts a local one, on loopback only, whose workers inherit this process's environment
-    (VLLM_*, TORCH_EXTENSIONS_DIR)."""
+    starts a local one, on loopback only (``start_local``), whose workers inherit this
+    process's environment (VLLM_*, TORCH_EXTENSIONS_DIR)."""
     if not ray.is_initialized():
-        from ray._private import ray_constants, services
+        from ray._private import services
 
         if services.canonicalize_bootstrap_address(None) is not None:  # a cluster to join
             ray.init(ignore_reinit_error=True, logging_level=log_level)
         else:
-            # Ray rewrites a 127.0.0.1 node address to the host's IP unless its single-machine
-            # switch is off (as on macOS), here (ray is imported already) and in the head's
-            # processes (environment); restored after, for a later connection to a cluster.
-            saved = os.environ.get(ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR), ray_constants.ENABLE_RAY_CLUSTER
-            os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR], ray_constants.ENABLE_RAY_CLUSTER = "0", False
-            try:
-                ray.init(logging_level=log_level, _node_ip_address="127.0.0.1", include_dashboard=False)
-            finally:
-                ray_constants.ENABLE_RAY_CLUSTER = saved[1]
-                if saved[0] is None:
-                    os.environ.pop(ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR)
-                else:
-                    os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR] = saved[0]
+            start_local(logging_level=log_level)
     return {k: float(v) for k, v in ray.cluster_resources().items()}
+
+
+def start_local(**init_kwargs) -> None:
+    """Start a Ray cluster on this machine that other hosts cannot reach: the node on
+    127.0.0.1, no dashboard, no metrics export. ``init_kwargs`` go to ``ray.init`` (CPUs,
+    logging, runtime env)."""
+    from ray._private import ray_constants
+
+    # Ray rewrites a 127.0.0.1 node address to the host's IP unless its single-machine
+    # switch is off (as on macOS), here (ray is imported already) and in the head's
+    # processes (environment); restored after, for a later connection to a cluster. The
+    # metrics switch is read by the head's processes: they then open no metrics server.
+    saved = {k: os.environ.get(k) for k in (ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR, METRICS_ENV)}
+    was = ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR], ray_constants.ENABLE_RAY_CLUSTER = "0", False
+    os.environ[METRICS_ENV] = "0"
+    try:
+        ray.init(_node_ip_address="127.0.0.1", include_dashboard=False, **init_kwargs)
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = was
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k)
+            else:
+                os.environ[k] = v
 
 
 def check_custom_resources(config: RTIConfig, cluster: dict) -> None:

@@ -30,6 +30,7 @@ import ray
 
 from policies.engines import Generation, SamplingParams, make_engine
 from policies.engines.base import check_prompts
+from rti_actors.failover import Members
 from rti_actors.faults import Restartable
 from rti_actors.weight_sync import init_group, receive
 
@@ -70,14 +71,19 @@ class LatestWeights(Restartable):
 
 
 class EngineActor(Restartable):
+    """``latest``: the name of the run's ``LatestWeights`` actor (or its handle). A name, not
+    a handle: Ray re-runs the constructor on a restart with the arguments it kept, and a
+    plain string is one it cannot lose."""
+
     def __init__(self, kind: str, model_path: str, engine_kwargs: dict, merge_window_s: float = 0.005,
-                 latest: LatestWeights | None = None):
+                 latest: str | None = None):
         # The engine is built on its worker thread too: a second thread doing torch work
         # starts a second OpenMP team, and on a small CPU the two teams' spinning threads
         # compete for the same cores and slow generation down noticeably.
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
         self.engine = self._worker.submit(make_engine, kind, model_path, **engine_kwargs).result()
         if latest is not None:
+            latest = ray.get_actor(latest) if isinstance(latest, str) else latest
             version, refs = ray.get(latest.get.remote())
             if refs:  # a restart: serve the current policy, not the folder's weights
                 self._worker.submit(self.engine.update_weights, ray.get(refs[0]), version).result()
@@ -166,37 +172,53 @@ class EngineActor(Restartable):
 
 
 class EnginePool:
-    """Round-robin over engine actor handles; picklable, so env runners carry one.
+    """Round-robin over engine actors; picklable, so env runners carry one.
 
-    Every pickled copy (one per env runner, gate or role actor) starts its rotation at a
-    different engine, so callers that move in lockstep do not all land on the same one. A
-    random start (as gRPC clients use) would put two runners on the same one of two engines
-    half the time.
+    ``engines``: actor handles, or the names of named engine actors (what build passes, so
+    an actor that carries a pool holds only strings and Ray can always restart it). Every
+    pickled copy (one per env runner, gate or role actor) starts its rotation at a different
+    engine, so callers that move in lockstep do not all land on the same one. A random start
+    (as gRPC clients use) would put two runners on the same one of two engines half the time.
+
+    An engine dead for good (its restarts spent) is dropped by the copy that finds it, and
+    the call goes to the next one, so the caller's episode is not lost; only when every
+    engine is dead does a call raise ``failover.NoneLeft``, naming the engine and its cause.
     """
 
-    def __init__(self, handles: list, start: int = 0):
-        if not handles:
+    def __init__(self, engines: list, start: int = 0):
+        if not engines:
             raise ValueError("an engine pool needs at least one engine actor")
-        self.handles = list(handles)
-        self._start = start
-        self._next = itertools.count(start)
+        self.members = Members("engine", engines, start)
         self._copies = itertools.count(1)
 
+    @property
+    def handles(self) -> list:
+        """The engines as given (handles or names)."""
+        return self.members.actors
+
     def pick(self):
-        return self.handles[next(self._next) % len(self.handles)]
+        return self.members.actors[self.members.pick()]
 
     def generate(self, prompts, sampling: SamplingParams, seeds=None) -> list[Generation]:
-        return ray.get(self.pick().generate.remote(prompts, sampling, seeds))
+        return self.members.call("generate", prompts, sampling, seeds)
 
     def score(self, prompts, completions, temperature: float) -> list[list[float]]:
-        return ray.get(self.pick().score.remote(prompts, completions, temperature))
+        return self.members.call("score", prompts, completions, temperature)
+
+    def call(self, method: str, *args):
+        """Any other engine method, on a live engine (``max_model_len``)."""
+        return self.members.call(method, *args)
+
+    async def score_async(self, prompts, completions, temperature: float) -> list[list[float]]:
+        """``score`` from an async actor (the gate)."""
+        return await self.members.acall("score", prompts, completions, temperature)
 
     def __getstate__(self):
         # Each copy takes the next start offset from the pool it is pickled from (Ray pickles
         # an actor's arguments once per actor), so N runners over N engines start on N different
         # engines, deterministically. A per-copy in-flight count would not help: a copy sees
         # only its own calls, and its caller makes them one at a time.
-        return {"handles": self.handles, "start": self._start + next(self._copies)}
+        return {"handles": self.members.actors, "start": self.members.start + next(self._copies)}
 
     def __setstate__(self, state):
         self.__init__(state["handles"], state.get("start", 0))

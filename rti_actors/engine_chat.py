@@ -4,7 +4,7 @@ Environments speak text (``envs`` never imports ``policies``): τ²'s LLM user t
 ``chat_fn(messages) -> str`` and Hard20's rubric judge ``judge_fn(prompt) -> str``. An
 ``EngineChat`` is both: it renders the messages with the model's chat template, sends the
 ids to an ``EnginePool`` and decodes the reply. It is pickled into every env runner, so
-it carries only actor handles and settings; the tokenizer is loaded once per process.
+it carries only engine names (or handles) and settings; the tokenizer is loaded once per process.
 
 Pointed at the policy's own engines it sees the current weights (the user or judge then
 changes as the policy trains); a separate engine actor over a model folder stays fixed.
@@ -13,8 +13,6 @@ changes as the policy trains); a separate engine actor over a model folder stays
 from __future__ import annotations
 
 import functools
-
-import ray
 
 from policies.chat import CHATML_TEMPLATE, valid_text
 from policies.engines import SamplingParams
@@ -29,11 +27,13 @@ def _tokenizer(model_path: str):
 
 
 class EngineChat:
-    def __init__(self, engine_handles: list, model_path: str, max_tokens: int = 256, temperature: float = 0.0,
+    """``engines``: engine actor handles or names (``EnginePool``'s)."""
+
+    def __init__(self, engines: list, model_path: str, max_tokens: int = 256, temperature: float = 0.0,
                  seed: int = 0, max_model_len: int | None = None):
         if max_tokens < 1:
             raise ValueError(f"EngineChat max_tokens must be >= 1, got {max_tokens}")
-        self.pool = EnginePool(engine_handles)
+        self.pool = EnginePool(engines)
         self.model_path = model_path
         self.max_tokens, self.temperature, self.seed = max_tokens, temperature, seed
         self.max_model_len = max_model_len  # None: asked from the engine on first use
@@ -57,7 +57,7 @@ class EngineChat:
     def _prompt_ids(self, tok, messages: list[dict]) -> list[int]:
 
         if self.max_model_len is None:
-            self.max_model_len = ray.get(self.pool.handles[0].max_model_len.remote())
+            self.max_model_len = self.pool.call("max_model_len")
         budget = self.max_model_len - self.max_tokens
         if budget < 16:
             raise ValueError(f"EngineChat max_tokens={self.max_tokens} leaves no room for a prompt in the "

@@ -28,6 +28,25 @@ def died(err: BaseException) -> bool:
     return isinstance(err, ray.exceptions.RayActorError) and not isinstance(err, ray.exceptions.RayTaskError)
 
 
+def gone(err: BaseException) -> bool:
+    """Whether ``err`` says the actor called is dead for good: its restarts are spent or it was
+    killed for good. One that is restarting raises ``ActorUnavailableError`` instead."""
+    return died(err) and isinstance(err, ray.exceptions.ActorDiedError)
+
+
+def cause_of(err: BaseException) -> str:
+    """Why Ray says an actor died, in one line. Its message opens with a generic sentence and
+    tab-indented fields (class, id, pid); the reason is the line after them, or, when the
+    constructor raised, the traceback's last line."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip() and not line.startswith("\t")]
+    if not lines:
+        return type(err).__name__
+    if lines[0].startswith("The actor died because of an error raised in its creation task"):
+        return f"its constructor raised {lines[-1]}"[:300]
+    reasons = [line for line in lines if not line.startswith("The actor died unexpectedly before finishing")]
+    return (reasons[-1] if reasons else lines[0])[:300]
+
+
 class Restartable:
     """Mixin for actor classes: ``incarnation()`` changes when the actor is restarted."""
 

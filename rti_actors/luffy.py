@@ -19,11 +19,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import ray
-
 from envs.base import ToolEnv, play
 from rti_actors.algorithms import get_algorithm
 from rti_actors.demonstrations import read_jsonl, to_sample
+from rti_actors.failover import as_members
 from rti_actors.options import ConfigError
 from rti_actors.trajectory import EpisodeSpec, Trajectory
 
@@ -103,12 +102,8 @@ class Teacher:
 
     def traces(self, on_policy: list[EpisodeSpec], version: int) -> tuple[list[Trajectory], dict]:
         specs = self.specs(on_policy)
-        if self.records is None:
-            n = len(self.runners)
-            chunks = [specs[i::n] for i in range(n)]
-            played = ray.get([self.runners[i].teacher_traces.remote(ch, version, self.max_turns)
-                              for i, ch in enumerate(chunks) if ch])
-            made = [t for out in played for t in out]
+        if self.records is None:  # the oracle is scripted: any live runner plays a spec alike
+            made = as_members(self.runners, "env runner").spread("teacher_traces", specs, version, self.max_turns)
         else:
             made = []
             for s in specs:

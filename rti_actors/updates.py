@@ -2,7 +2,8 @@
 driver redo: the iteration's samples are kept until the step is done, so a replay queue
 that restarted empty or a learner that died gets them again (the learner rebuilt from the
 newest checkpoint); a publish that meets a dead learner publishes the rebuilt one's weights;
-an engine behind the current version gets the latest weights again."""
+an engine behind the current version gets the latest weights again; an engine dead for
+good gets no more weights, and the run goes on with the others (``failover.Members``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from pathlib import Path
 
 import ray
 
-from rti_actors.checkpoints import resolve
+from rti_actors.checkpoints import load_error, resolve
+from rti_actors.failover import Members
 from rti_actors.faults import ActorMonitor, died
 
 log = logging.getLogger("rti_actors")
@@ -24,7 +26,8 @@ class Updates:
     ``last_save``: the checkpoint a crashed learner is rebuilt from."""
 
     def __init__(self, graph, config, monitor: ActorMonitor, redone: Counter):
-        self.graph, self.learner, self.engines, self.queue = graph, graph.learner, graph.engines, graph.queue
+        self.graph, self.learner, self.queue = graph, graph.learner, graph.queue
+        self.engines = Members("engine", graph.engines, max_tries=config["fault_tolerance"]["max_restarts"] + 1)
         self.weight_sync = graph.weight_sync
         self.training, self.max_restarts = config["training"], config["fault_tolerance"]["max_restarts"]
         self.monitor, self.redone = monitor, redone
@@ -81,15 +84,15 @@ class Updates:
         # from there (the driver never holds a copy), in a 16-bit engine's dtype: it casts anyway
         weights = self.weights()
         try:
-            ray.get([e.update_weights.remote(weights, self.version) for e in self.engines])
+            self.engines.each("update_weights", weights, self.version)  # an engine dead for good is dropped
         except ray.exceptions.RayActorError as err:
-            # engines retry on their own, so a death that reaches here is the learner's (before
+            # an engine's own death does not reach here, so this one is the learner's (before
             # its weights were out): publish a rebuilt learner's weights instead
             if not died(err) or self.learner_alive():
                 raise
             self.rebuild_learner(err)
             weights = self.weights()
-            ray.get([e.update_weights.remote(weights, self.version) for e in self.engines])
+            self.engines.each("update_weights", weights, self.version)
         ray.get(self.graph.latest.set.remote(self.version, [weights]))  # kept for engines that restart
 
     def weights(self):
@@ -98,12 +101,11 @@ class Updates:
 
     def repair_engines(self) -> None:
         """Give every engine that is behind ``version`` the current weights."""
-        behind = [e for e, v in zip(self.engines, ray.get([e.version.remote() for e in self.engines]))
-                  if v < self.version]
+        behind = [i for i, v in self.engines.each("version").items() if v < self.version]
         if behind:
             _, refs = ray.get(self.graph.latest.get.remote())
             weights = refs[0] if refs else self.weights()
-            ray.get([e.update_weights.remote(weights, self.version) for e in behind])
+            self.engines.each("update_weights", weights, self.version, only=behind)
             self.redone["engines_repaired"] += len(behind)
 
     # ---- a restore ------------------------------------------------------------------------
@@ -115,13 +117,16 @@ class Updates:
         except Exception as err:
             # a rank may have loaded part of its state: put the learner back as it was
             self.learner_step = self.fresh_learner(self.last_save, f"restoring {path} failed ({type(err).__name__})")
-            raise
+            named = load_error(path / "learner", err)  # the folder and the file, whatever the backend said
+            if named is err:
+                raise
+            raise named from err
         self.last_save = path
 
     def republish(self, saved_version: int) -> None:
         """After a restore: the engines serve the restored weights, under a version above
         any they have seen (``saved_version``: the checkpoint's)."""
-        current = max(ray.get([e.version.remote() for e in self.engines]))
+        current = max(self.engines.each("version").values())
         if saved_version == current == 0:
             return  # nothing was ever published: the engines' folder weights are the learner's
         self.version = max(saved_version, current)

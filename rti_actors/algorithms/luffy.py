@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import ray
-
 from rti_actors.algorithms.base import AlgorithmPlugin
 from rti_actors.losses import luffy_loss
 from rti_actors.luffy import Teacher, teacher_metrics
@@ -34,7 +32,7 @@ class LUFFY(AlgorithmPlugin):
 
     def start_actors(self, graph) -> dict[str, list]:
         c = self.config
-        if c["luffy"]["source"] == "oracle" and not ray.get(graph.runners[0].has_oracle.remote()):
+        if c["luffy"]["source"] == "oracle" and not graph.runners.call("has_oracle"):
             raise ConfigError(f"luffy(source='oracle') needs an environment with a scripted oracle_agent(); "
                               f"{c['environment']['env']!r} has none: give luffy(source=<a demonstrations JSONL>) "
                               "instead")

@@ -78,8 +78,8 @@ class PPLGate(Restartable):
             return
         self.stats["engine_calls"] += 1
         try:
-            ref = self.engines.pick().score.remote([b[0] for b in batch], [b[1] for b in batch], self.temperature)
-            results = await ref
+            # on a live engine: one dead for good is dropped and the batch scored by the next
+            results = await self.engines.score_async([b[0] for b in batch], [b[1] for b in batch], self.temperature)
         except Exception as e:  # every waiter learns about the failure
             for *_, fut in batch:
                 if not fut.done():

@@ -34,6 +34,7 @@ from envs.tool_calls import parse_tool_calls
 from policies.chat import TokenBuffer
 from policies.engines import SamplingParams
 from rti_actors.env_runner import Continuation, ReplayFailure, request_seed
+from rti_actors.failover import as_members
 from rti_actors.groups import all_failed, assemble, is_learnable
 from rti_actors.rti.gate import passes_gate, perplexity, token_weights
 from rti_actors.rti.records import Candidate, CorrectQuery, EpisodeText, ValidateQuery, VerifyQuery
@@ -45,12 +46,6 @@ from rti_actors.trajectory import EpisodeSpec, Trajectory
 def _call(target, method: str, *args):
     fn = getattr(target, method)
     return ray.get(fn.remote(*args)) if hasattr(fn, "remote") else fn(*args)
-
-
-def _call_all(calls: list[tuple]) -> list:
-    """[(target, method, args)] -> results; the actors' calls run concurrently."""
-    refs = [getattr(t, m).remote(*a) if hasattr(getattr(t, m), "remote") else None for t, m, a in calls]
-    return [ray.get(r) if r is not None else getattr(t, m)(*a) for r, (t, m, a) in zip(refs, calls)]
 
 
 def episode_text(t: Trajectory) -> EpisodeText:
@@ -69,7 +64,8 @@ class Intervention:
     """The pipeline over one iteration's groups. ``roles``: providers of ``validate`` /
     ``correct`` (role actors, or the env's rule-based roles); ``verifiers``: role actors for
     V1/V3 (the policy by default, whoever validates); ``gate``: ``score_many``; ``runners``:
-    ``continue_from``; ``facts``: the env's ``verifier_facts()``."""
+    ``continue_from`` (``failover.Members``, or a list of them); ``facts``: the env's
+    ``verifier_facts()``."""
 
     def __init__(self, cfg: dict, *, roles: list, verifiers: list, gate, runners: list, renderer, sampling: SamplingParams,
                  seed: int, facts: dict | None = None):
@@ -279,11 +275,9 @@ class Intervention:
             prefix = TokenBuffer(t.ids[:start], t.loss_mask[:start], t.logprobs[:start], t.token_weight[:start])
             requests.append(Continuation(spec, t.actions[:k], cd.episode.history(k), prefix, t.turn_spans[:k],
                                          t.turn_versions[:k], best.ids, best.lp_h, w, version))
-        n = len(self.runners)
-        shards = [(self.runners[i], "continue_from", (requests[i::n], self.sampling)) for i in range(n) if requests[i::n]]
-        results: list = [None] * len(requests)
-        for i, out in enumerate(_call_all(shards)):
-            results[i::n] = out
+        # one shard per live runner; a runner that dies has its shard played by another, with
+        # the same seeds (from each continuation's spec), so the results do not change
+        results = as_members(self.runners, "env runner").spread("continue_from", requests, self.sampling)
         rescued = []
         for cd, res, ws in zip(accepted, results, wstats):
             if isinstance(res, ReplayFailure):

@@ -83,7 +83,7 @@ class RTI(GRPO):
                 role_path = load_model(roles)
             except (ValueError, RuntimeError) as e:
                 raise ConfigError(f"interventions(roles={roles!r}): {e}") from None
-            provider, same_tokenizer = EnginePool([graph.extra_engines.get(role_path)]), role_path == graph.model_path
+            provider, same_tokenizer = EnginePool([graph.extra_engines.name(role_path)]), role_path == graph.model_path
         options = {"num_cpus": 0, "max_restarts": ft["max_restarts"], "max_task_retries": ft["max_task_retries"]}
         role_actors = [ray.remote(RoleActor).options(**options).remote(
             provider, role_path, graph.model_path, p["max_model_len"], iv["max_role_tokens"], same_tokenizer,
@@ -94,7 +94,7 @@ class RTI(GRPO):
         providers, actors = role_actors, {"role_actor": role_actors, "gate": [gate]}
         graph.started += role_actors + [gate]
         if roles == "rules":
-            if not ray.get(graph.runners[0].has_rti_rules.remote()):
+            if not graph.runners.call("has_rti_rules"):
                 raise ConfigError(f"interventions(roles='rules') needs an environment with rule-based roles (its "
                                   f"rti_rules() hook); {c['environment']['env']!r} has none: use roles='self', a "
                                   "model folder or an endpoint URL")
@@ -105,7 +105,7 @@ class RTI(GRPO):
         named = {f"RTI role actor {i}": a for i, a in enumerate(providers + role_actors)}
         named.update({f"engine for {path}": e for path, e in graph.extra_engines.by_path.items()})
         await_started(named, ft["start_timeout_s"])
-        facts = ray.get(graph.runners[0].verifier_facts.remote())
+        facts = graph.runners.call("verifier_facts")
         self.intervention = Intervention(iv, roles=providers, verifiers=role_actors, gate=gate, runners=graph.runners,
                                          renderer=graph.renderer, sampling=rollout_sampling(p),
                                          seed=c["debugging"]["seed"], facts=facts)
@@ -114,9 +114,8 @@ class RTI(GRPO):
     def transform_groups(self, driver, groups: list) -> tuple[list, dict]:
         with driver.timed("intervene"):
             failed = sorted({g[0].task_id for g in groups if all_failed(g)})
-            runners = driver.runners
-            evidence = dict(zip(failed, ray.get([runners[i % len(runners)].reward_evidence.remote(tid, "train")
-                                                 for i, tid in enumerate(failed)])))
+            # one call per task, spread over the live runners (a task's evidence is the same on any)
+            evidence = dict(zip(failed, driver.runners.map("reward_evidence", failed, "train")))
             return self.intervention.run(groups, version=driver.version, round_=driver.iteration, evidence=evidence)
 
     def after_publish(self, driver, groups: list) -> dict:

@@ -5,16 +5,18 @@ import os
 import pytest
 import ray
 
+from rti_actors.cluster import start_local
 from tests.conftest import REPO
 
 
 @pytest.fixture(scope="session")
 def ray_cluster():
-    # Logical CPUs: the actors of a run (engine, learner, runners) share 2 real cores.
+    # Logical CPUs: the actors of a run (engine, learner, runners) share 2 real cores. The
+    # library's own local cluster: loopback only, no dashboard, no metrics export
+    # (test_test_cluster.py checks every socket its processes listen on).
     env_vars = {k: v for k, v in os.environ.items() if k.startswith(("VLLM_", "TORCH_EXT", "TOKENIZERS", "RTI_"))}
     env_vars["PYTHONPATH"] = str(REPO)
-    ray.init(num_cpus=4, include_dashboard=False, logging_level="ERROR", log_to_driver=False,
-             runtime_env={"env_vars": env_vars})
+    start_local(num_cpus=4, logging_level="ERROR", log_to_driver=False, runtime_env={"env_vars": env_vars})
     yield
     ray.shutdown()
 

@@ -214,7 +214,8 @@ def test_killed_env_runner_loses_no_episode(ray_cluster, flat_model, tmp_path):
         out = algo.rollouts.play(specs)
         assert sorted((t.task_id, t.sample_index) for t in out) == sorted((s.task_id, s.sample_index) for s in specs)
         m = algo.train()
-        assert m["num_episodes"] == 8 and m["faults/redone/rollout_chunks"] >= 2
+        # once known dead, runner 1 is sent nothing: only play()'s chunk was played again
+        assert m["num_episodes"] == 8 and m["faults/redone/rollout_chunks"] == 1
         assert m["faults/restarts/env_runner"] == 1 and m["faults/dead/env_runner"] == 1
     finally:
         algo.stop()

@@ -93,7 +93,7 @@ LAYOUTS = {"padded": {}, "packed": {"pack_sequences": True}, "shared": {"share_p
 
 def one_step(path: str, samples: list[dict], algorithm: str, layout: dict, backend: str = "torch",
              objective: str | None = None, **extra) -> tuple[dict, dict]:
-    learner = Learner(path, {"backend": backend, "lr": LR, "micro_batch_tokens": 200, "algorithm": algorithm,
+    learner = Learner(path, {"dtype": "float32", "backend": backend, "lr": LR, "micro_batch_tokens": 200, "algorithm": algorithm,
                              "seed": 0, **layout, **extra})
     metrics = learner.update(samples, objective=objective)
     return metrics, {k: v.clone() for k, v in learner.get_weights().items()}
@@ -142,7 +142,7 @@ def test_segment_attention_matches_transformers_sdpa(tiny_model_path):
 
     ids = torch.tensor([[5, 17, 300, 41, 9, 77, 1000, 12]])
     ref = AutoModelForCausalLM.from_pretrained(tiny_model_path, attn_implementation="sdpa").eval()
-    ours = Learner(tiny_model_path, {"backend": "torch"}).module.eval()
+    ours = Learner(tiny_model_path, {"dtype": "float32", "backend": "torch"}).module.eval()
     with torch.no_grad():
         a = ref(input_ids=ids).logits
         b = ours(input_ids=ids).logits
@@ -188,4 +188,4 @@ def test_layouts_are_exact_under_zero(tiny_model_path, zero_stage, layout):
 
 def test_shared_prefix_is_refused_under_zero3(tiny_model_path):
     with pytest.raises(ValueError, match="zero_stage"):
-        Learner(tiny_model_path, {"backend": "deepspeed", "zero_stage": 3, "share_prefix": True})
+        Learner(tiny_model_path, {"dtype": "float32", "backend": "deepspeed", "zero_stage": 3, "share_prefix": True})

@@ -50,9 +50,9 @@ def assert_weights_close(a, b, atol):
 @pytest.mark.parametrize("zero_stage, algorithm", [(0, "grpo"), (2, "gspo")])
 def test_deepspeed_update_matches_torch_loop(tiny_model_path, zero_stage, algorithm):
     batch = make_batch()
-    config = {"lr": LR, "algorithm": algorithm, "micro_batch_tokens": 48,
+    config = {"dtype": "float32", "lr": LR, "algorithm": algorithm, "micro_batch_tokens": 48,
               "gspo_clip_eps": 0.2}  # a wide GSPO clip: the synthetic behaviour log-probs are far off-policy
-    ds = Learner(tiny_model_path, {**config, "backend": "deepspeed", "zero_stage": zero_stage})
+    ds = Learner(tiny_model_path, {"dtype": "float32", **config, "backend": "deepspeed", "zero_stage": zero_stage})
     before = ds.get_weights()
     m = ds.update(batch)
     after = ds.get_weights()
@@ -64,7 +64,7 @@ def test_deepspeed_update_matches_torch_loop(tiny_model_path, zero_stage, algori
     changed = [k for k in before if not torch.equal(before[k], after[k])]
     assert len(changed) == len(before)
 
-    ref = Learner(tiny_model_path, {**config, "backend": "torch"})
+    ref = Learner(tiny_model_path, {"dtype": "float32", **config, "backend": "torch"})
     r = ref.update(batch)
     assert m["loss"] == pytest.approx(r["loss"], rel=1e-5)
     assert m["grad_norm"] == pytest.approx(r["grad_norm"], rel=1e-4)
@@ -77,7 +77,7 @@ def test_deepspeed_update_matches_torch_loop(tiny_model_path, zero_stage, algori
 def test_advantage_sign_moves_sequence_logprob(tiny_model_path, sign):
     sample = make_batch(seed=1, n=1)[0]
     sample["token_weight"] = [1.0] * len(sample["ids"])
-    learner = Learner(tiny_model_path, {"lr": LR, "zero_stage": 0})
+    learner = Learner(tiny_model_path, {"dtype": "float32", "lr": LR, "zero_stage": 0})
     history = []
     for _ in range(3):
         # on-policy: behaviour log-probs are the current policy's, as the engine would report
@@ -106,7 +106,7 @@ def test_masked_tokens_do_not_change_the_update(tiny_model_path, tmp_path):
         s["ids"] = s["ids"][:-5] + [rng.randrange(200, 5000) for _ in range(5)]
         s["behaviour_logprobs"] = s["behaviour_logprobs"][:-5] + [-30.0] * 5
         s["token_weight"] = s["token_weight"][:-5] + [7.0] * 5
-    learner = Learner(tiny_model_path, {"lr": LR, "zero_stage": 2})
+    learner = Learner(tiny_model_path, {"dtype": "float32", "lr": LR, "zero_stage": 2})
     learner.save(tmp_path / "start")
     m1 = learner.update(batch)
     w1 = learner.get_weights()
@@ -125,7 +125,7 @@ def test_masked_tokens_do_not_change_the_update(tiny_model_path, tmp_path):
 
 @pytest.mark.parametrize("backend", ["deepspeed", "torch"])
 def test_save_load_update_equals_uninterrupted(tiny_model_path, tmp_path, backend):
-    config = {"lr": LR, "backend": backend, "zero_stage": 2, "seed": 7}
+    config = {"dtype": "float32", "lr": LR, "backend": backend, "zero_stage": 2, "seed": 7}
     a = Learner(tiny_model_path, config)
     a.update(make_batch(seed=4))
     a.save(tmp_path / "ckpt")
@@ -139,7 +139,7 @@ def test_save_load_update_equals_uninterrupted(tiny_model_path, tmp_path, backen
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
     if backend == "deepspeed":
         with pytest.raises(ValueError, match="zero_stage"):
-            Learner(tiny_model_path, {**config, "zero_stage": 0}).load(tmp_path / "ckpt")
+            Learner(tiny_model_path, {"dtype": "float32", **config, "zero_stage": 0}).load(tmp_path / "ckpt")
     # and the optimiser state was restored: a fresh learner on the same second batch differs
     c = Learner(tiny_model_path, config)
     c.update(make_batch(seed=5))
@@ -149,7 +149,7 @@ def test_save_load_update_equals_uninterrupted(tiny_model_path, tmp_path, backen
 def test_export_hf_loads_with_transformers(tiny_model_path, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    learner = Learner(tiny_model_path, {"lr": LR, "zero_stage": 0})
+    learner = Learner(tiny_model_path, {"dtype": "float32", "lr": LR, "zero_stage": 0})
     learner.update(make_batch())
     out = learner.export_hf(str(tmp_path / "hf"))
     model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
@@ -222,13 +222,13 @@ def test_bad_samples_and_config_fail_clearly(tiny_model_path):
     with pytest.raises(ValueError, match="advantage"):
         check_samples([{k: v for k, v in good.items() if k != "advantage"}])
     with pytest.raises(ValueError, match="unknown algorithm"):
-        Learner(tiny_model_path, {"algorithm": "ppo"})
+        Learner(tiny_model_path, {"dtype": "float32", "algorithm": "ppo"})
     with pytest.raises(ValueError, match="unknown learner config"):
-        Learner(tiny_model_path, {"learning_rate": 1e-3})
+        Learner(tiny_model_path, {"dtype": "float32", "learning_rate": 1e-3})
 
 
 def test_batch_without_loss_tokens_takes_no_step(tiny_model_path):
-    learner = Learner(tiny_model_path, {"lr": LR, "zero_stage": 0})
+    learner = Learner(tiny_model_path, {"dtype": "float32", "lr": LR, "zero_stage": 0})
     learner.update(make_batch())  # Adam now has momentum that a zero-gradient step would apply
     before = learner.get_weights()
     sample = make_batch(n=1)[0]
@@ -240,7 +240,7 @@ def test_batch_without_loss_tokens_takes_no_step(tiny_model_path):
 
 @pytest.mark.parametrize("backend, zero_stage", [("deepspeed", 0), ("deepspeed", 2), ("torch", 0)])
 def test_a_non_finite_loss_skips_the_step_and_keeps_the_weights(tiny_model_path, backend, zero_stage):
-    learner = Learner(tiny_model_path, {"lr": LR, "backend": backend, "zero_stage": zero_stage})
+    learner = Learner(tiny_model_path, {"dtype": "float32", "lr": LR, "backend": backend, "zero_stage": zero_stage})
     learner.update(make_batch())  # Adam has momentum now: a step on any gradient would move the weights
     before = learner.get_weights()
     bad = make_batch(n=2)
@@ -259,7 +259,7 @@ def test_a_non_finite_loss_skips_the_step_and_keeps_the_weights(tiny_model_path,
 def test_a_learner_checkpoint_holds_no_pickled_code_and_a_tampered_one_is_refused(tiny_model_path, tmp_path):
     from rti_actors.checkpoints import CheckpointError, check_pickles
 
-    learner = Learner(tiny_model_path, {"lr": LR, "zero_stage": 2})
+    learner = Learner(tiny_model_path, {"dtype": "float32", "lr": LR, "zero_stage": 2})
     learner.update(make_batch())
     learner.save(tmp_path / "ckpt")
     check_pickles(tmp_path / "ckpt")  # DeepSpeed's files hold only tensors and its trusted classes
@@ -268,7 +268,7 @@ def test_a_learner_checkpoint_holds_no_pickled_code_and_a_tampered_one_is_refuse
     state = torch.load(shard, weights_only=False)
     state["payload"] = Tampered(tmp_path / "sentinel")
     torch.save(state, shard)
-    fresh = Learner(tiny_model_path, {"lr": LR, "zero_stage": 2})
+    fresh = Learner(tiny_model_path, {"dtype": "float32", "lr": LR, "zero_stage": 2})
     with pytest.raises(CheckpointError, match="optim_states.pt names Python objects"):
         fresh.load(tmp_path / "ckpt")
     assert not (tmp_path / "sentinel").exists() and fresh.step == 0
@@ -297,7 +297,7 @@ def test_two_ranks_on_shards_equal_one_rank_on_the_batch(tiny_model_path, tmp_pa
     # zero-loss passes to keep ZeRO's collectives in step, and both must normalise by the
     # global token count.
     batch = make_batch(seed=8, n=4)
-    config = {"lr": LR, "zero_stage": 2, "micro_batch_tokens": 40}
+    config = {"dtype": "float32", "lr": LR, "zero_stage": 2, "micro_batch_tokens": 40}
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -363,7 +363,7 @@ def test_tool_results_carry_no_loss(tiny_model_path, tokenizer, nav_record, tmp_
     other["messages"][-1]["content"] = '{"status": "1", "pois": [{"name": "somewhere else entirely"}]}'
     a, b = _sample(tokenizer, base), _sample(tokenizer, other)
     assert a["ids"] != b["ids"] and sum(a["loss_mask"]) == sum(b["loss_mask"])
-    learner = Learner(tiny_model_path, {"lr": LR, "zero_stage": 0})
+    learner = Learner(tiny_model_path, {"dtype": "float32", "lr": LR, "zero_stage": 0})
     learner.save(tmp_path / "start")
     m1 = learner.update([a], "sft")
     w1 = learner.get_weights()
@@ -387,7 +387,7 @@ def test_tool_results_carry_no_loss(tiny_model_path, tokenizer, nav_record, tmp_
 @pytest.mark.parametrize("backend", ["deepspeed", "torch"])
 def test_sft_loss_decreases_and_optimizer_resets(tiny_model_path, tokenizer, nav_record, backend):
     sample = _sample(tokenizer, nav_record)
-    learner = Learner(tiny_model_path, {"lr": 1e-6, "backend": backend, "zero_stage": 0})
+    learner = Learner(tiny_model_path, {"dtype": "float32", "lr": 1e-6, "backend": backend, "zero_stage": 0})
     losses = [learner.update([sample], "sft", lr=LR)["loss"] for _ in range(8)]
     assert losses[-1] < 0.5 * losses[0], losses
     assert all(g["lr"] == 1e-6 for g in learner.optimizer.param_groups)  # the override was for those steps
@@ -401,7 +401,7 @@ def test_sft_loss_decreases_and_optimizer_resets(tiny_model_path, tokenizer, nav
 
 def test_lr_zero_step_leaves_weights_and_unknown_objective_fails(tiny_model_path, tokenizer, nav_record):
     sample = _sample(tokenizer, nav_record)
-    learner = Learner(tiny_model_path, {"lr": LR, "backend": "torch"})
+    learner = Learner(tiny_model_path, {"dtype": "float32", "lr": LR, "backend": "torch"})
     before = learner.get_weights()
     learner.update([sample], "sft", lr=0.0)
     assert_weights_close(before, learner.get_weights(), atol=0)

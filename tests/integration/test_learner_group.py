@@ -26,7 +26,7 @@ from tests.integration.test_learner import LR, assert_weights_close, make_batch
 
 pytestmark = pytest.mark.integration
 
-CONFIG = {"lr": LR, "micro_batch_tokens": 40}  # uneven shards: rank 0 needs more micro-batches than rank 1
+CONFIG = {"dtype": "float32", "lr": LR, "micro_batch_tokens": 40}  # uneven shards: rank 0 needs more micro-batches than rank 1
 
 
 def _group(model, n, **config):
@@ -97,7 +97,7 @@ def test_fewer_samples_than_ranks(ray_cluster, groups, zero_stage):
 
 
 def test_zero3_checkpoint_of_two_ranks_continues_identically(ray_cluster, groups, tmp_path):
-    config = {"zero_stage": 3, "seed": 7}
+    config = {"dtype": "float32", "zero_stage": 3, "seed": 7}
     a = groups(2, **config)
     a.update(make_batch(seed=4))
     a.save(str(tmp_path / "ckpt"))
