@@ -21,11 +21,17 @@ import ray
 _PROCESS = uuid.uuid4().hex
 
 
+# What a call raises when the actor's process is gone: it crashed or was killed, or Ray's
+# memory monitor killed it to save the node (``OutOfMemoryError``, not an actor error, though
+# the actor restarts or dies just the same)
+ACTOR_FAILURES = (ray.exceptions.RayActorError, ray.exceptions.OutOfMemoryError)
+
+
 def died(err: BaseException) -> bool:
     """Whether ``err`` says the actor called is dead or restarting, rather than that the call
     itself raised: Ray makes a task's exception an instance of its cause's class too, so a
     call that failed because *another* actor died also looks like a ``RayActorError``."""
-    return isinstance(err, ray.exceptions.RayActorError) and not isinstance(err, ray.exceptions.RayTaskError)
+    return isinstance(err, ACTOR_FAILURES) and not isinstance(err, ray.exceptions.RayTaskError)
 
 
 def gone(err: BaseException) -> bool:
@@ -93,7 +99,7 @@ class ActorMonitor:
                     else:
                         dead[kind] += 1
                     continue
-                except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                except (*ACTOR_FAILURES, ray.exceptions.GetTimeoutError):
                     dead[kind] += 1
                     continue
                 before = self._seen.get((kind, i))

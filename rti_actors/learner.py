@@ -258,6 +258,7 @@ class Learner:
             self.engine, self.optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer,
                                                                      config=self._ds_config())
             self.module = self.engine.module
+            self._undo_warmup_step()
         else:
             self.engine = None
             self.module = model.to(self.device)
@@ -546,13 +547,40 @@ class Learner:
             yield from merged_weights(self.module)
             return
         zero3 = self.engine is not None and self.config["zero_stage"] == 3
+        masters = self._stage0_masters()
         for name, p in self.module.named_parameters():
-            if zero3:
+            if id(p) in masters:
+                yield name, masters[id(p)].detach()
+            elif zero3:
                 import deepspeed
                 with deepspeed.zero.GatheredParameters([p], modifier_rank=None):
                     yield name, p.detach()
             else:
                 yield name, p.detach()
+
+    @torch.no_grad()
+    def _undo_warmup_step(self) -> None:
+        """DeepSpeed's bf16 wrapper without ZeRO creates AdamW's state by stepping once on zero
+        gradients: the step count starts at 1, so the first real update is 0.74 of AdamW's
+        (bias correction one step ahead), and weight decay has already shrunk the fp32 masters
+        away from the loaded weights. Forget that step and put the loaded weights back."""
+        masters = self._stage0_masters()
+        if not masters:
+            return
+        self.reset_optimizer_state()
+        for p in self.module.parameters():
+            if id(p) in masters:
+                masters[id(p)].copy_(p)
+
+    def _stage0_masters(self) -> dict:
+        """id(bf16 working parameter) -> its fp32 master, for DeepSpeed's bf16 without ZeRO.
+        The working copy rounds away updates below a bf16 step (a norm gain near 1 moves by
+        lr 1e-3 only once several updates add up), so engines get the master, as from the
+        torch loop's fp32 weights."""
+        opt = self.optimizer if self.engine is not None else None
+        if opt is None or self.config["zero_stage"] != 0 or not hasattr(opt, "fp32_groups"):
+            return {}
+        return {id(lp): hp for lps, hps in zip(opt.fp16_groups, opt.fp32_groups) for lp, hp in zip(lps, hps)}
 
     @torch.no_grad()
     def get_weights(self, dtype: str | None = None) -> dict[str, torch.Tensor]:

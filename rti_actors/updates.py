@@ -15,7 +15,7 @@ import ray
 
 from rti_actors.checkpoints import load_error, resolve
 from rti_actors.failover import Members
-from rti_actors.faults import ActorMonitor, died
+from rti_actors.faults import ACTOR_FAILURES, ActorMonitor, died
 
 log = logging.getLogger("rti_actors")
 
@@ -49,7 +49,7 @@ class Updates:
             incarnation, ref = update
             try:
                 learn = self.learner.result(ref)
-            except ray.exceptions.RayActorError as err:
+            except ACTOR_FAILURES as err:
                 if not died(err):
                     raise  # raised inside the step
                 self.rebuild_learner(err)  # a learner rank died
@@ -75,7 +75,7 @@ class Updates:
                         + [e.receive_weights.remote(self.graph.weight_meta, self.version) for e in self.engines])
                 ray.get(self.graph.latest.set.remote(self.version, None))  # no copy to restart from
                 return
-            except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as err:
+            except (*ACTOR_FAILURES, ray.exceptions.RayTaskError) as err:
                 # a restarted engine is no longer in the group: publish through the object
                 # store from now on (always correct, one copy per engine)
                 log.warning("weight broadcast failed (%s); using the object store", type(err).__name__)
@@ -85,7 +85,7 @@ class Updates:
         weights = self.weights()
         try:
             self.engines.each("update_weights", weights, self.version)  # an engine dead for good is dropped
-        except ray.exceptions.RayActorError as err:
+        except ACTOR_FAILURES as err:
             # an engine's own death does not reach here, so this one is the learner's (before
             # its weights were out): publish a rebuilt learner's weights instead
             if not died(err) or self.learner_alive():
@@ -136,7 +136,7 @@ class Updates:
     def learner_alive(self) -> bool:
         try:
             return self.learner.ping()
-        except ray.exceptions.RayActorError:
+        except ACTOR_FAILURES:
             return False
 
     def rebuild_learner(self, err: Exception) -> None:

@@ -162,3 +162,18 @@ def test_an_engine_pool_copy_drops_a_dead_engine_and_the_runners_call_is_not_los
     gone = EnginePool([Engine("e0", dead=True), Engine("e1", dead=True)])
     with pytest.raises(NoneLeft, match=r"^engine \d is dead for good \(The actor is dead because it was killed"):
         gone.generate([[1]], None)
+
+
+def test_a_member_killed_by_rays_memory_monitor_counts_as_restarting_not_as_an_error():
+    # Ray's memory monitor kills the process: the call raises OutOfMemoryError (not an actor
+    # error), and the actor restarts like any crashed one, so the call is sent again
+    class Oomed(Runner):
+        def task_ids(self, split):
+            self._enter()
+            if self.calls == 1:
+                raise ray.exceptions.OutOfMemoryError("Task was killed due to the node running low on memory.")
+            return ["t"]
+
+    member = Oomed()
+    runners = Members("env runner", [member])
+    assert runners.call("task_ids", "train") == ["t"] and runners.dead == {} and member.calls == 2
