@@ -201,8 +201,10 @@ def _start(c: RTIConfig, model_path: str, renderer, started: list, log_dir: Path
     runner_cls = ray.remote(EnvRunner).options(num_cpus=r["num_cpus_per_env_runner"],
                                                resources=r["custom_resources_per_env_runner"], **restarts)
     pool = EnginePool(names)
+    agent = None if r["agent"] is None else {"agent": r["agent"], "on_prefix_break": r["on_prefix_break"],
+                                             "timeout_s": r["agent_timeout_s"]}
     handles = [runner_cls.remote(creator_arg, config_arg, r["num_envs_per_env_runner"], model_path, p, pool, i,
-                                 c["debugging"]["check_drift"], ft["max_episode_retries"])
+                                 c["debugging"]["check_drift"], ft["max_episode_retries"], agent)
                for i in range(r["num_env_runners"])]
     started += handles
     runners = Members("env runner", handles, max_tries=ft["max_restarts"] + 1)

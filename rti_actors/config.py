@@ -12,6 +12,7 @@ an endpoint dict is shown and saved as ``***`` (see "keys" below).
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 import math
 import os
@@ -23,6 +24,7 @@ from envs.openai_client import DEFAULT_KEY_ENV, REDACTED, Secret, inline_key_mes
 from policies.chat import check_chat_template
 from policies.engines import vllm_available
 from policies.models import BUILTIN_MODELS
+from rti_actors.agent_runner import load_agent
 from rti_actors.algorithm import Algorithm
 from rti_actors.algorithms import get_algorithm
 from rti_actors.lora import check_lora
@@ -297,6 +299,7 @@ class RTIConfig:
         plugin = get_algorithm(t["algorithm"]) if ok("training", "algorithm") else None
         if plugin is not None:
             problems += plugin.validate(c, ok)
+        problems += _agent_problems(r, plugin)
         if not problems and available_cpus is not None:
             need = (r["num_env_runners"] * r["num_cpus_per_env_runner"] + r["num_engines"] * r["num_cpus_per_engine"]
                     + lr["num_learners"] * lr["num_cpus_per_learner"])
@@ -325,6 +328,24 @@ class RTIConfig:
 
     def freeze(self) -> None:
         self._frozen = True
+
+
+def _agent_problems(r: dict, plugin) -> list[str]:
+    """Agent mode: the function loads, the client is installed, the algorithm plays episodes
+    from their start only."""
+    if r["agent"] is None:
+        return []
+    try:
+        load_agent(r["agent"])
+    except ValueError as e:
+        return [str(e)]
+    if importlib.util.find_spec("openai") is None:
+        return ["env_runners(agent=...) hands the agent an openai.AsyncOpenAI client: pip install 'rti-actors[agent]'"]
+    if plugin is not None and plugin.continues_episodes:
+        return [f"training(algorithm={plugin.name!r}) continues episodes from a mid-episode state, which an agent "
+                "function's episodes cannot do yet: use algorithm='grpo' (or another that plays whole episodes) with "
+                "env_runners(agent=...)"]
+    return []
 
 
 def _is_number(x) -> bool:

@@ -202,6 +202,10 @@ class EnginePool:
     def generate(self, prompts, sampling: SamplingParams, seeds=None) -> list[Generation]:
         return self.members.call("generate", prompts, sampling, seeds)
 
+    async def generate_async(self, prompts, sampling: SamplingParams, seeds=None) -> list[Generation]:
+        """``generate`` from an event loop (the agent endpoint): other requests go on meanwhile."""
+        return await self.members.acall("generate", prompts, sampling, seeds)
+
     def score(self, prompts, completions, temperature: float) -> list[list[float]]:
         return self.members.call("score", prompts, completions, temperature)
 
@@ -236,6 +240,9 @@ class LocalEngines:
     def generate(self, prompts, sampling: SamplingParams, seeds=None) -> list[Generation]:
         params = _checked(sampling)
         return self.engine.generate(prompts, params, explicit_seeds(len(prompts), sampling, seeds, random.Random()))
+
+    async def generate_async(self, prompts, sampling: SamplingParams, seeds=None) -> list[Generation]:
+        return self.generate(prompts, sampling, seeds)
 
     def score(self, prompts, completions, temperature: float) -> list[list[float]]:
         return self.engine.score(prompts, completions, temperature)

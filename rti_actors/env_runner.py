@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from envs.base import finite_number
 from policies.chat import ChatRenderer, TokenBuffer
 from policies.engines import Generation, SamplingParams
+from rti_actors.agent_runner import AgentEpisodes, Played
 from rti_actors.faults import Restartable
 from rti_actors.luffy import has_oracle, oracle_record, teacher_trajectory
 from rti_actors.trajectory import EpisodeSpec, Trajectory
@@ -29,6 +30,10 @@ def request_seed(*parts) -> int:
     re-run episodes stay reproducible)."""
     digest = hashlib.sha256(repr(parts).encode()).digest()
     return int.from_bytes(digest[:8], "little") >> 1
+
+
+def _agent_seed(spec: EpisodeSpec, turn: int) -> int:
+    return request_seed(spec.seed, spec.round, spec.task_id, spec.sample_index, turn)
 
 
 class ReplayError(RuntimeError):
@@ -82,6 +87,8 @@ class Episode:
     intervened_step: int | None = None
     corrected_span: tuple[int, int] | None = None
     infra_error: str = ""
+    prefix_break: str = ""  # agent mode (rti_actors.agent_runner)
+    dropped: bool = False
     started: float = field(default_factory=time.perf_counter)  # for the trajectory's seconds
 
     def result(self, seconds: float, drift: dict | None) -> Trajectory:
@@ -95,12 +102,26 @@ class Episode:
             reward=self.reward, terminated=self.terminated, truncated=self.truncated,
             context_truncated=self.context_truncated, info=self.info, actions=self.actions, messages=self.messages,
             tools=self.tools, seconds=seconds, drift=drift, intervened_step=self.intervened_step,
-            corrected_span=self.corrected_span, infra_error=self.infra_error)
+            corrected_span=self.corrected_span, infra_error=self.infra_error, prefix_break=self.prefix_break,
+            dropped=self.dropped)
+
+    @classmethod
+    def of_agent(cls, p: Played, drop_on_break: bool) -> Episode:
+        """An agent episode (``rti_actors.agent_runner``): the endpoint's record, the env's verdict."""
+        rec, out = p.recording, p.outcome
+        return cls(spec=p.spec, env=p.env, messages=rec.messages, buf=rec.buf, turn_spans=rec.turn_spans,
+                   actions=rec.actions, versions=rec.versions,
+                   reward=0.0 if rec.context_truncated else out.reward,  # a cut episode scores 0
+                   terminated=out.terminated, truncated=out.truncated or rec.context_truncated,
+                   context_truncated=rec.context_truncated, info=out.info, tools=rec.tools or [], done=True,
+                   infra_error=p.error, prefix_break=rec.prefix_break, dropped=drop_on_break and bool(rec.prefix_break),
+                   started=p.started)
 
 
 class EnvRunner(Restartable):
     def __init__(self, env_creator, env_config: dict, num_envs: int, model_path: str, policy: dict,
-                 engine_pool, runner_index: int = 0, check_drift: bool = False, max_episode_retries: int = 2):
+                 engine_pool, runner_index: int = 0, check_drift: bool = False, max_episode_retries: int = 2,
+                 agent: dict | None = None):
         from transformers import AutoTokenizer
 
         self.creator, self.env_config = env_creator, env_config
@@ -113,6 +134,9 @@ class EnvRunner(Restartable):
         self.index = runner_index
         self.check_drift = check_drift
         self.teacher_env = None  # LUFFY's oracle plays here, made on first use
+        # agent mode: {"agent": fn or "module:fn", "on_prefix_break", "timeout_s"} (rti_actors.agent_runner)
+        self.agent = agent
+        self.agents = None if agent is None else AgentEpisodes(self, agent["agent"], _agent_seed, agent["timeout_s"])
 
     def ping(self) -> int:
         return self.index
@@ -124,7 +148,15 @@ class EnvRunner(Restartable):
     def sample(self, specs: list[EpisodeSpec], sampling: SamplingParams) -> list[Trajectory]:
         """Play one episode per spec, ``num_envs`` at a time: an env takes the next spec as
         soon as its episode ends, so a long episode holds up no other and the engines' batch
-        stays full. Returns trajectories in spec order."""
+        stays full. Returns trajectories in spec order. In agent mode the user's agent plays
+        them (``rti_actors.agent_runner``)."""
+        if self.agents is not None:
+            drop = self.agent["on_prefix_break"] == "drop"
+            out = []
+            for p in self.agents.play(specs, sampling):
+                out.append(Episode.of_agent(p, drop).result(time.perf_counter() - p.started, None))
+                out[-1].infra_retries = p.retries
+            return out
         out: list[Trajectory | None] = [None] * len(specs)
         todo = deque(enumerate(specs))
         playing: dict[int, tuple[int, int, Episode]] = {}  # env slot -> (spec index, attempt, episode)

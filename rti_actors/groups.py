@@ -25,12 +25,18 @@ def scored_groups(trajectories: list[Trajectory]) -> tuple[list[list[Trajectory]
     """The groups to train on, and fault counts. An episode whose environment failed
     (``infra_error``) says nothing about the policy: it is left out of its group rather than
     scored 0, which would bias the advantages and could trigger RTI on a group the policy
-    never failed. A group left with fewer than two episodes cannot be normalised: dropped."""
-    scored = [t for t in trajectories if not t.infra_error]
+    never failed. An agent episode whose prompt stopped extending its record (``dropped``)
+    is left out too: its tokens are not what the policy saw. A group left with fewer than
+    two episodes cannot be normalised: dropped."""
+    scored = [t for t in trajectories if not t.infra_error and not t.dropped]
     groups = [g for g in group_by_task(scored) if len(g) >= 2]
-    return groups, {"faults/infra_episodes": len(trajectories) - len(scored),
-                    "faults/episode_retries": sum(t.infra_retries for t in trajectories),
-                    "faults/groups_dropped": len({t.task_id for t in trajectories}) - len(groups)}
+    counts = {"faults/infra_episodes": sum(bool(t.infra_error) for t in trajectories),
+              "faults/episode_retries": sum(t.infra_retries for t in trajectories),
+              "faults/groups_dropped": len({t.task_id for t in trajectories}) - len(groups)}
+    breaks = [t for t in trajectories if t.prefix_break and not t.infra_error]
+    if breaks:  # agent mode only: keeps the metrics of other runs as they were
+        counts |= {"agent/prefix_breaks": len(breaks), "agent/dropped_episodes": sum(t.dropped for t in breaks)}
+    return groups, counts
 
 
 def group_advantages(rewards: list[float]) -> list[float]:

@@ -192,6 +192,14 @@ class EnvRunners:
                                                    "its CPUs, to pin it to nodes that declare them "
                                                    "(`ray start --resources`)", layout=True)
     custom_resources_per_engine: dict = option({}, None, "the same for each engine", layout=True)
+    agent: Any = option(None, None, "agent mode: an async function `agent(client, task) -> answer` (or its "
+                        "'module:function' name) plays each episode against an OpenAI-compatible endpoint on "
+                        "loopback; the env grades the answer (docs/OPENAI_AGENTS.md)")
+    on_prefix_break: str = option("drop", _one_of("drop", "flag"), "agent mode: an episode whose next prompt does not "
+                                  "extend its recorded tokens is left out of its group ('drop') or trained on its "
+                                  "recorded part ('flag'); counted in agent/prefix_breaks either way")
+    agent_timeout_s: float = option(600.0, _num(0, open_low=True), "agent mode: one episode's agent call; past it the "
+                                    "episode is an infrastructure failure")
 
 
 @dataclass

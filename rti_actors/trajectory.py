@@ -61,6 +61,10 @@ class Trajectory:
     # the environment failed (not the agent): never scored, never grouped, never an RTI trigger
     infra_error: str = ""
     infra_retries: int = 0              # fresh-env replays it took (or used up)
+    # agent mode: why the agent's prompt stopped extending the recorded tokens ("" if it never
+    # did); the ids are the record up to there. ``dropped``: left out of its group for it
+    prefix_break: str = ""
+    dropped: bool = False
     # text
     actions: list[str] = field(default_factory=list)
     messages: list[dict] = field(default_factory=list)

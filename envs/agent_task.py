@@ -1,0 +1,86 @@
+"""``AgentTask``: one episode of a tool env as a user's agent function sees it.
+
+An agent harness (``async def agent(client, task) -> answer``) runs its own tool loop: it
+asks the model, runs the tool calls, sends the results back, and returns an answer. The
+task hands it what the environment knows: the opening messages, the tool schemas, a
+worked example, all in OpenAI's format, and ``call_tool``, which runs a tool *through the
+environment* (``ToolEnv.step`` with that one call), so the env records the calls its grader
+reads. ``finish(answer)`` gives the answer to the env as the final plain-text reply and
+returns the env's verdict. The env's own failures raise out of both, as they do out of
+``step``; a bad call is an ``Error: ...`` result the agent reads.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from envs.base import finite_number
+from envs.openai_messages import to_openai
+
+
+@dataclass
+class Outcome:
+    """How the environment ended the episode."""
+
+    reward: float = 0.0
+    terminated: bool = False
+    truncated: bool = False
+    info: dict = field(default_factory=dict)
+
+
+@dataclass
+class AgentTask:
+    task_id: str
+    messages: list[dict]            # the opening (system prompt, request), OpenAI format
+    tools: list[dict]               # OpenAI function schemas
+    demonstration: list[dict] = field(default_factory=list)  # a worked example to put after the system prompt
+    env: object = field(default=None, repr=False)
+    outcome: Outcome | None = field(default=None, repr=False)  # set once the env ended the episode
+
+    @classmethod
+    def open(cls, env, observation: list[dict], info: dict) -> AgentTask:
+        """The task of an env just ``reset`` (its observation and info)."""
+        return cls(task_id=str(info.get("task_id", "")), messages=[to_openai(m) for m in observation],
+                   tools=list(info.get("tools") or []),
+                   demonstration=[to_openai(m) for m in info.get("demonstration") or []], env=env)
+
+    @property
+    def prompt(self) -> str:
+        """The user's request (the last user message of the opening)."""
+        return next((m["content"] for m in reversed(self.messages) if m["role"] == "user"), "")
+
+    async def call_tool(self, name: str, arguments: dict | str) -> str:
+        """Run one tool call in the environment; its result's text (an ``Error: ...`` text for
+        a bad call, or once the episode is over)."""
+        if self.outcome is not None:
+            return "Error: the episode is over; no more tool calls are run."
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments) if arguments.strip() else {}
+            except json.JSONDecodeError as e:
+                return f"Error: the arguments of {name} are not valid JSON: {e}"
+        new, reward, terminated, truncated, info = self.env.step(
+            {"content": "", "tool_calls": [{"name": name, "arguments": arguments}]})
+        if terminated or truncated:
+            self._end(reward, terminated, truncated, info)
+        return "\n".join(m.get("content") or "" for m in new)
+
+    def finish(self, answer: str) -> Outcome:
+        """Give ``answer`` to the env as the final reply; the env's verdict. An env whose
+        episode does not end on a plain-text reply (a simulated user answers it) ends here
+        unscored, as a cut episode: reward 0, truncated."""
+        if self.outcome is None:
+            _, reward, terminated, truncated, info = self.env.step({"content": answer, "tool_calls": []})
+            if terminated or truncated:
+                self._end(reward, terminated, truncated, info)
+            else:
+                self.outcome = Outcome(0.0, False, True, {k: v for k, v in info.items() if k not in ("tools", "demonstration")})
+        return self.outcome
+
+    def _end(self, reward, terminated: bool, truncated: bool, info: dict) -> None:
+        value = finite_number(reward)
+        if value is None:
+            raise ValueError(f"task {self.task_id!r} returned reward {reward!r}; an env's reward must be a finite number")
+        self.outcome = Outcome(value, bool(terminated), bool(truncated),
+                               {k: v for k, v in info.items() if k not in ("tools", "demonstration")})

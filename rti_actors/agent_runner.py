@@ -1,0 +1,131 @@
+"""Agent mode of an env runner: a user's agent function plays the episodes.
+
+With ``env_runners(agent=...)`` an env runner does not run the chat loop itself. For each
+episode it resets an env, opens a path on its loopback ``Endpoint`` and awaits
+``agent(client, task)``: ``client`` is an ``openai.AsyncOpenAI`` at that path, ``task`` an
+``envs.agent_task.AgentTask`` (opening messages, tool schemas, ``call_tool`` through the
+env). The env's grader scores the answer the agent returns (``AgentTask.finish``). The
+trajectory is what the endpoint recorded, so the learner trains on exactly the tokens the
+engines sampled (loss on those only), with the env's reward.
+
+Whose fault: an agent that raises, returns no string or runs past ``agent_timeout_s``, an
+env that fails, and engines that fail are infrastructure failures (``infra_error``: replayed
+on a fresh env, then left out of the group), never a failed rollout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from envs.agent_task import AgentTask, Outcome
+from rti_actors.agent_endpoint import Endpoint, Recording
+from rti_actors.trajectory import EpisodeSpec
+
+PREFIX_BREAK_MODES = ("drop", "flag")
+
+
+def load_agent(value):
+    """The agent function ``value`` names: itself, or a ``"module:attr"`` string (what a
+    saved config and a restarted runner can carry). ValueError saying what to change."""
+    fn = value
+    if isinstance(value, str):
+        module, sep, attr = value.partition(":")
+        if not sep or not module or not attr:
+            raise ValueError(f"env_runners(agent={value!r}) must name an async function as 'package.module:function'")
+        try:
+            fn = importlib.import_module(module)
+            for part in attr.split("."):
+                fn = getattr(fn, part)
+        except (ImportError, AttributeError) as e:
+            raise ValueError(f"env_runners(agent={value!r}) cannot be loaded: {type(e).__name__}: {e}") from None
+    if not inspect.iscoroutinefunction(fn):
+        raise ValueError(f"env_runners(agent={value!r}) must be an async function `async def agent(client, task) -> "
+                         "str` (or its 'module:function' name)")
+    return fn
+
+
+@dataclass
+class Played:
+    """One agent episode as played: the env it ran on, what the endpoint recorded, the env's
+    verdict, and the infrastructure failure if any ("" when none)."""
+
+    spec: EpisodeSpec
+    env: object
+    recording: Recording
+    outcome: Outcome
+    error: str
+    started: float
+    retries: int = 0
+
+
+class AgentEpisodes:
+    """Plays episode specs through the agent on a runner's envs, ``len(envs)`` at a time.
+
+    ``runner``: the env runner (its envs, env creator, renderer, engine pool, policy, retry
+    count); ``seed_of(spec, turn)``: its request seed, so both modes sample alike."""
+
+    def __init__(self, runner, agent, seed_of: Callable[[EpisodeSpec, int], int], timeout_s: float = 600.0):
+        self.runner, self.agent, self.seed_of, self.timeout_s = runner, load_agent(agent), seed_of, timeout_s
+
+    def play(self, specs: list[EpisodeSpec], sampling) -> list[Played]:
+        return asyncio.run(self._play(specs, sampling))
+
+    async def _play(self, specs: list[EpisodeSpec], sampling) -> list[Played]:
+        r = self.runner
+        endpoint = await Endpoint(r.renderer, r.engines, int(r.policy["max_model_len"]), self.seed_of).start()
+        free: asyncio.Queue = asyncio.Queue()
+        for slot in range(len(r.envs)):
+            free.put_nowait(slot)
+
+        async def one(spec: EpisodeSpec) -> Played:
+            slot = await free.get()
+            try:
+                for attempt in range(r.max_episode_retries + 1):
+                    played = await self._episode(endpoint, r.envs[slot], spec, sampling)
+                    if not played.error or attempt == r.max_episode_retries:
+                        break
+                    r.envs[slot] = r.creator(dict(r.env_config))  # a fresh env, same seeds
+                played.retries = attempt
+                return played
+            finally:
+                free.put_nowait(slot)
+
+        try:
+            return list(await asyncio.gather(*(one(s) for s in specs)))
+        finally:
+            await endpoint.stop()
+
+    async def _episode(self, endpoint: Endpoint, env, spec: EpisodeSpec, sampling) -> Played:
+        from openai import AsyncOpenAI  # the agent extra: only agent mode needs the client
+
+        started = time.perf_counter()
+        url, key = endpoint.open(spec, sampling)
+        outcome, error = Outcome(), ""
+        try:
+            env.unwrapped.config["split"] = spec.split
+            obs, info = env.reset(options={"task_id": spec.task_id})
+            task = AgentTask.open(env, obs, info)
+        except Exception as e:
+            task, error = None, f"reset of task {spec.task_id!r} raised {type(e).__name__}: {e}"
+        if task is not None:
+            # no retries in the client: a retried request would be sampled twice
+            client = AsyncOpenAI(base_url=url, api_key=key, max_retries=0, timeout=self.timeout_s)
+            try:
+                answer = await asyncio.wait_for(self.agent(client, task), self.timeout_s)
+                if not isinstance(answer, str):
+                    error = f"the agent returned {type(answer).__name__}; an agent returns its answer as a str"
+                else:
+                    outcome = task.finish(answer)
+            except asyncio.TimeoutError:
+                error = f"the agent did not return within {self.timeout_s:g} s (env_runners(agent_timeout_s))"
+            except Exception as e:  # the user's code or the env failed, not the policy
+                error = f"the agent on task {spec.task_id!r} raised {type(e).__name__}: {e}"
+            finally:
+                await client.close()
+        rec = endpoint.close(key)
+        return Played(spec, env, rec, outcome, rec.infra_error or error, started)
