@@ -45,7 +45,7 @@ log = logging.getLogger("rti_actors")
 
 # what the driver redoes after a crash, each reported (as faults/redone/<name>) from the start
 REDONE = ("rollout_chunks", "stale_episodes", "engines_repaired", "queue_puts", "learner_rebuilds",
-          "learner_steps_lost")
+          "learner_steps_lost", "learner_from_weights")
 
 
 class Algorithm:
@@ -73,7 +73,7 @@ class Algorithm:
         self.monitor = ActorMonitor(g.kinds())
         self.redone: Counter = Counter()  # what the driver redid after a crash (faults/...)
         self.interactive = rep["progress_bar"] if rep["progress_bar"] is not None else sys.stderr.isatty()
-        self.updates = Updates(g, c, self.monitor, self.redone)  # learner steps, publishing, weights version
+        self.updates = Updates(g, c, self.monitor, self.redone, self.run_dir)  # learner steps, publishing, weights version
         self.rollouts = Rollouts(self.runners, c, self.updates, self.redone, self.interactive)
         self.warm_start = WarmStart(self)  # its steps done and planned are saved with each checkpoint
         self.resumed_from: Path | None = None
@@ -211,10 +211,14 @@ class Algorithm:
         return self.learner.export_hf(str(path))
 
     def stop(self) -> None:
-        if self.config["reporting"]["plot"]:
-            self.reporter.plot()
-        self.reporter.close()
-        self.graph.kill()
+        # the actors go whatever the plots and trackers do: a run that failed must not
+        # keep its CPUs from the next one in the same cluster
+        try:
+            if self.config["reporting"]["plot"]:
+                self.reporter.plot()
+            self.reporter.close()
+        finally:
+            self.graph.kill()
 
 
     # ---- what plug-ins call ---------------------------------------------------------------

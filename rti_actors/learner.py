@@ -504,6 +504,12 @@ class Learner:
             for group in self.optimizer.param_groups:
                 group["lr"] = c["lr"]
 
+    def set_step(self, step: int) -> int:
+        """Count optimiser steps on from ``step`` (a learner rebuilt from published weights
+        carries on the run's count)."""
+        self.step = int(step)
+        return self.step
+
     def reset_optimizer_state(self) -> None:
         """Forget the optimiser's moments (Adam's exp_avg / exp_avg_sq and step counts), so
         that RL after a warm start begins as a fresh run on the warm-started weights."""

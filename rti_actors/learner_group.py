@@ -95,14 +95,18 @@ class LearnerGroup:
             remove_placement_group(self.placement_group)
             self.placement_group = None
 
-    def rebuild(self) -> None:
-        """Kill every rank and start the group again from the model folder. A rank that died
-        takes the process group with it (the others would wait in their next collective),
-        so a crash is recovered by a new group, which the driver then loads a checkpoint into."""
+    def rebuild(self, model_path: str | None = None) -> None:
+        """Kill every rank and start the group again from the model folder (or ``model_path``,
+        which later rebuilds then use too). A rank that died takes the process group with it
+        (the others would wait in their next collective), so a crash is recovered by a new
+        group, which the driver then loads a checkpoint into."""
         self.kill()
         self._pending = []
-        self.__init__(*self._args)
+        self.__init__(model_path or self._args[0], *self._args[1:])
         self.ping()
+
+    def set_step(self, step: int) -> int:
+        return self._wait_all([a.set_step.remote(step) for a in self.ranks])
 
     def result(self, ref):
         """Wait for an asynchronous call's ref (``pull_and_update``'s) and the other ranks'

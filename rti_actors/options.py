@@ -362,7 +362,8 @@ class FaultTolerance:
 class Checkpointing:
     owner: ClassVar[tuple | None] = None
     every: int = option(0, _int(0, why="0: never"), "a checkpoint under <run dir>/checkpoints every N iterations; "
-                        "a crashed learner is rebuilt from the newest", layout=True)
+                        "a crashed learner is rebuilt from the newest (with none, from the weights last published, "
+                        "with a fresh optimiser)", layout=True)
     keep: int = option(2, COUNT, layout=True)
 
 

@@ -1,7 +1,8 @@
 """The learner's steps and the weights' way to the engines, with what a crash makes the
 driver redo: the iteration's samples are kept until the step is done, so a replay queue
 that restarted empty or a learner that died gets them again (the learner rebuilt from the
-newest checkpoint); a publish that meets a dead learner publishes the rebuilt one's weights;
+newest checkpoint, or from the last published weights when there is none); a publish that
+meets a dead learner publishes the rebuilt one's weights;
 an engine behind the current version gets the latest weights again; an engine dead for
 good gets no more weights, and the run goes on with the others (``failover.Members``)."""
 
@@ -23,9 +24,11 @@ log = logging.getLogger("rti_actors")
 class Updates:
     """``version``: the weights version the engines serve (bumped by each publish);
     ``learner_step``: the learner's optimiser steps, to count what a learner crash lost;
-    ``last_save``: the checkpoint a crashed learner is rebuilt from."""
+    ``last_save``: the checkpoint a crashed learner is rebuilt from; ``published_step``: the
+    learner step whose weights the engines got last (a learner without a checkpoint is
+    rebuilt from them)."""
 
-    def __init__(self, graph, config, monitor: ActorMonitor, redone: Counter):
+    def __init__(self, graph, config, monitor: ActorMonitor, redone: Counter, run_dir: Path | None = None):
         self.graph, self.learner, self.queue = graph, graph.learner, graph.queue
         self.engines = Members("engine", graph.engines, max_tries=config["fault_tolerance"]["max_restarts"] + 1)
         self.weight_sync = graph.weight_sync
@@ -33,7 +36,10 @@ class Updates:
         self.monitor, self.redone = monitor, redone
         self.version = 0
         self.learner_step = 0
+        self.published_step = 0
         self.last_save: Path | None = None
+        self.run_dir = run_dir
+        self.lora = bool(config["learners"]["lora"])
 
     # ---- one step: put the groups, let the learner pull them ------------------------------
     def start(self, samples: list, versions: list) -> tuple:
@@ -94,6 +100,7 @@ class Updates:
             weights = self.weights()
             self.engines.each("update_weights", weights, self.version)
         ray.get(self.graph.latest.set.remote(self.version, [weights]))  # kept for engines that restart
+        self.published_step = self.learner_step
 
     def weights(self):
         dtype = self.graph.engine_dtype
@@ -147,13 +154,52 @@ class Updates:
 
     def fresh_learner(self, ckpt: Path | None, why: str) -> int:
         """A new learner group from ``ckpt`` (or the model folder when nothing was trained
-        yet); returns its step."""
+        yet, or the last published weights when there is no checkpoint); returns its step."""
         if ckpt is None and self.learner_step > 0:
-            raise RuntimeError(f"{why} after {self.learner_step} steps and this run has no checkpoint to rebuild the "
-                               "learner from: set checkpointing(every=N) to survive this")
+            return self._learner_from_published(why)
         log.warning("%s; rebuilding the learner from %s", why, ckpt or "the model folder")
         self.learner.rebuild()
         step = self.learner.load(str(resolve(ckpt) / "learner")) if ckpt is not None else 0
         self.monitor.replace("learner", self.learner.ranks)
         self.weight_sync = "object_store"  # the new ranks are not in the broadcast group
         return step
+
+    def _learner_from_published(self, why: str) -> int:
+        """A new learner group on the weights the engines were last given, with a fresh
+        optimiser: what the engines sample from is kept, Adam's moments are not. A broadcast
+        publish keeps no copy to rebuild from, and LoRA's adapters cannot be told apart from
+        the merged weights published, so those runs need a checkpoint."""
+        version, refs = ray.get(self.graph.latest.get.remote())
+        if not refs or self.lora or self.run_dir is None:
+            reason = ("LoRA runs publish merged weights" if self.lora else
+                      "its weights went to the engines by broadcast, which keeps no copy")
+            raise RuntimeError(f"{why} after {self.learner_step} steps; this run has no checkpoint to rebuild the "
+                               f"learner from and {reason}: set checkpointing(every=N) to survive this")
+        folder = self.run_dir / "learner-rebuild" / f"v{version}"
+        ray.get(ray.remote(write_model_folder).options(num_cpus=0).remote(refs[0], self.graph.model_path, str(folder)))
+        log.warning("%s and this run has no checkpoint: rebuilding the learner from the weights published as "
+                    "version %d (step %d) with a fresh optimiser state (Adam's moments are lost)%s", why, version,
+                    self.published_step, "; they were cast to the engines' 16-bit dtype"
+                    if self.graph.engine_dtype in ("bfloat16", "float16") else "")
+        self.learner.rebuild(str(folder))
+        self.learner.set_step(self.published_step)
+        self.monitor.replace("learner", self.learner.ranks)
+        self.weight_sync = "object_store"
+        self.redone["learner_from_weights"] += 1
+        return self.published_step
+
+
+def write_model_folder(weights: dict, model_path: str, out: str) -> str:
+    """``weights`` (HF names) as a model folder a learner loads: the model folder's own files
+    (config, tokenizer, generation settings) beside one safetensors file of them."""
+    import shutil
+
+    from safetensors.torch import save_file
+
+    out_dir = Path(out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for f in Path(model_path).iterdir():
+        if f.is_file() and f.suffix not in (".safetensors", ".bin", ".pt", ".pth") and not f.name.endswith(".index.json"):
+            shutil.copy2(f, out_dir / f.name)
+    save_file({k: v.contiguous() for k, v in weights.items()}, str(out_dir / "model.safetensors"))
+    return str(out_dir)

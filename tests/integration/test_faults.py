@@ -139,6 +139,48 @@ def test_every_actor_kind_crashes_mid_iteration_and_nothing_is_lost(ray_cluster,
     assert not any(v for k, v in want[-1].items() if k.startswith("faults/restarts/"))
 
 
+def test_a_learner_without_a_checkpoint_comes_back_on_the_weights_it_published(ray_cluster, flat_model, tmp_path):
+    def config(name):
+        return _config(flat_model, tmp_path, name).checkpointing(every=0)
+
+    ref = config("undisturbed").build()
+    try:
+        want = [ref.train() for _ in range(3)]
+    finally:
+        ref.stop()
+
+    algo = config("disturbed").build()
+    published = {}
+
+    def kill_learner(_):
+        version, refs = ray.get(algo.graph.latest.get.remote())
+        published.update(version=version, weights=ray.get(refs[0]))
+        ray.kill(algo.learner.ranks[0], no_restart=True)
+    try:
+        got = [algo.train(), algo.train()]
+        # 3: the learner dies during its step and no checkpoint exists: it comes back on the
+        # version-2 weights, and the step in flight is redone from them
+        _once(algo.updates, "start", after=kill_learner)
+        got.append(algo.train())
+        got.append(algo.train())  # and the run goes on
+    finally:
+        algo.stop()
+
+    from safetensors.torch import load_file
+    folder = load_file(str(tmp_path / "disturbed" / "learner-rebuild" / "v2" / "model.safetensors"))
+    assert published["version"] == 2 and folder.keys() == published["weights"].keys()
+    assert all(folder[k].equal(published["weights"][k]) for k in folder)
+    for g, w in zip(got[:3], want):
+        assert g["reward_mean"] == w["reward_mean"]
+        # the loss and gradient come before the optimiser step: the same weights give the same ones
+        assert g["learner"]["loss"] == pytest.approx(w["learner"]["loss"], abs=1e-6)
+        assert g["learner"]["grad_norm"] == pytest.approx(w["learner"]["grad_norm"], rel=1e-4)
+    last = got[-1]
+    assert last["faults/redone/learner_from_weights"] == 1 and last["faults/redone/learner_rebuilds"] == 1
+    assert last["faults/redone/learner_steps_lost"] == 0  # every finished step had been published
+    assert last["learner"]["step"] == 4 and last["policy_version"] == 4
+
+
 def _kill_after_send(actor, method: str, for_good: bool = False):
     """A stand-in for ``actor`` whose first ``method`` call is sent, then the actor is killed
     (Ray restarts it and runs the call again; ``for_good``: it stays dead, the call fails)."""
