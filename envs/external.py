@@ -128,20 +128,22 @@ class RewardRange:
         return min(max(scaled, 0.0), 1.0)
 
 
-def load_object(value, key: str):
+def load_object(value, key: str, where: str | None = None):
     """``value`` itself when it is not a string, else the object a ``"module:attr"``
-    string names (dots after the colon walk attributes)."""
+    string names (dots after the colon walk attributes). Errors name ``where`` (default:
+    ``env_config[key]``)."""
     if not isinstance(value, str):
         return value
+    where = where or f"env_config[{key!r}]"
     module, sep, attr = value.partition(":")
     if not sep or not module or not attr:
-        raise ValueError(f"env_config[{key!r}] must be 'package.module:attribute', got {value!r}")
+        raise ValueError(f"{where} must be 'package.module:attribute', got {value!r}")
     try:
         obj = importlib.import_module(module)
         for part in attr.split("."):
             obj = getattr(obj, part)
     except (ImportError, AttributeError) as e:
-        raise ValueError(f"env_config[{key!r}] = {value!r} cannot be loaded: {type(e).__name__}: {e}") from None
+        raise ValueError(f"{where} = {value!r} cannot be loaded: {type(e).__name__}: {e}") from None
     return obj
 
 

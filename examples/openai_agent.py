@@ -41,11 +41,15 @@ START_ADAPTER = ROOT / "results" / "lookup-cpu" / "start" / "adapter"
 
 
 async def agent(client, task) -> str:
+    return await tool_loop(client, task)
+
+
+async def tool_loop(client, task, max_turns: int = 6) -> str:
     """A plain tool loop. ``task.call_tool`` runs the tool in the environment, so its grader
     sees the calls; the worked example goes after the system prompt, where the start policy
     was trained to see it."""
     messages = task.messages[:1] + task.demonstration + task.messages[1:]
-    for _ in range(6):
+    for _ in range(max_turns):
         reply = await client.chat.completions.create(model="policy", messages=messages, tools=task.tools)
         message = reply.choices[0].message
         messages.append(message.model_dump(exclude_none=True))

@@ -16,13 +16,13 @@ on a fresh env, then left out of the group), never a failed rollout.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import inspect
 import time
 from dataclasses import dataclass
 from typing import Callable
 
 from envs.agent_task import AgentTask, Outcome
+from envs.external import load_object
 from rti_actors.agent_endpoint import Endpoint, Recording
 from rti_actors.trajectory import EpisodeSpec
 
@@ -32,17 +32,9 @@ PREFIX_BREAK_MODES = ("drop", "flag")
 def load_agent(value):
     """The agent function ``value`` names: itself, or a ``"module:attr"`` string (what a
     saved config and a restarted runner can carry). ValueError saying what to change."""
-    fn = value
-    if isinstance(value, str):
-        module, sep, attr = value.partition(":")
-        if not sep or not module or not attr:
-            raise ValueError(f"env_runners(agent={value!r}) must name an async function as 'package.module:function'")
-        try:
-            fn = importlib.import_module(module)
-            for part in attr.split("."):
-                fn = getattr(fn, part)
-        except (ImportError, AttributeError) as e:
-            raise ValueError(f"env_runners(agent={value!r}) cannot be loaded: {type(e).__name__}: {e}") from None
+    if isinstance(value, str) and ":" not in value:
+        raise ValueError(f"env_runners(agent={value!r}) must name an async function as 'package.module:function'")
+    fn = load_object(value, "agent", where="env_runners(agent)")
     if not inspect.iscoroutinefunction(fn):
         raise ValueError(f"env_runners(agent={value!r}) must be an async function `async def agent(client, task) -> "
                          "str` (or its 'module:function' name)")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from examples.openai_agent import tool_loop
 from policies.engines import SamplingParams
 from rti_actors import RTIConfig
 from rti_actors.engine_actor import EnginePool
@@ -18,17 +19,7 @@ pytestmark = pytest.mark.integration
 
 
 async def agent(client, task):
-    messages = task.messages[:1] + task.demonstration + task.messages[1:]
-    for _ in range(3):
-        r = await client.chat.completions.create(model="policy", messages=messages, tools=task.tools)
-        msg = r.choices[0].message
-        messages.append(msg.model_dump(exclude_none=True))
-        if not msg.tool_calls:
-            return msg.content or ""
-        for call in msg.tool_calls:
-            messages.append({"role": "tool", "tool_call_id": call.id,
-                             "content": await task.call_tool(call.function.name, call.function.arguments)})
-    return ""
+    return await tool_loop(client, task, max_turns=3)
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ import pytest
 from openai import AsyncOpenAI
 
 import envs
+from examples.openai_agent import tool_loop as example_loop
 from policies.chat import ChatRenderer
 from policies.engines import Generation, SamplingParams
 from rti_actors.agent_endpoint import Endpoint
@@ -162,18 +163,8 @@ def test_an_image_part_is_refused(renderer, tokenizer):
 
 # ---- the env runner's agent mode ----------------------------------------------------------------
 async def lookup_agent(client, task):
-    """A plain openai tool loop on the env's tools, through the env (task.call_tool)."""
-    messages = task.messages[:1] + task.demonstration + task.messages[1:]
-    for _ in range(4):
-        r = await client.chat.completions.create(model="policy", messages=messages, tools=task.tools)
-        msg = r.choices[0].message
-        messages.append(msg.model_dump(exclude_none=True))
-        if not msg.tool_calls:
-            return msg.content or ""
-        for call in msg.tool_calls:
-            messages.append({"role": "tool", "tool_call_id": call.id,
-                             "content": await task.call_tool(call.function.name, call.function.arguments)})
-    return ""
+    """The example's plain openai tool loop on the env's tools, through the env (task.call_tool)."""
+    return await example_loop(client, task, max_turns=4)
 
 
 async def rewriting_agent(client, task):
