@@ -26,13 +26,17 @@ def default_dtype(kind: str, on_gpu: bool) -> str:
     return "bfloat16" if on_gpu or cpu_has_native_bf16() else "float32"
 
 
-def cpu_has_native_bf16() -> bool:
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags from /proc/cpuinfo (empty where there is none)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
-            flags = next((line for line in f if line.startswith("flags")), "").split()
+            return set(next((line for line in f if line.startswith("flags")), "").split())
     except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+        return set()
+
+
+def cpu_has_native_bf16() -> bool:
+    return bool(cpu_flags() & {"avx512_bf16", "amx_bf16"})
 
 
 def vllm_available() -> bool:
@@ -40,5 +44,5 @@ def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
-__all__ = ["ENGINES", "Generation", "PromptTooLongError", "SamplingParams", "StaleWeightsError", "cpu_has_native_bf16",
+__all__ = ["ENGINES", "Generation", "PromptTooLongError", "SamplingParams", "StaleWeightsError", "cpu_flags", "cpu_has_native_bf16",
            "default_dtype", "make_engine", "vllm_available"]

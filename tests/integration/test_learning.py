@@ -19,20 +19,13 @@ standard errors from each.
 import numpy as np
 import pytest
 
-
-def _has_avx512() -> bool:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            return "avx512f" in next((line for line in f if line.startswith("flags")), "").split()
-    except OSError:
-        return False
-
+from policies.engines import cpu_flags
 
 # The budget above holds where vLLM's CPU kernels have AVX-512. On an AVX2-only CPU the same
 # test was measured at about 11 minutes per evaluation and 5.5 per iteration (about 50 in
 # all), more than CI's time allows beside the rest of the suite, so it does not run there.
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.learning,
-              pytest.mark.skipif(not _has_avx512(), reason="needs AVX-512 for vLLM's CPU kernels to fit its budget "
+              pytest.mark.skipif("avx512f" not in cpu_flags(), reason="needs AVX-512 for vLLM's CPU kernels to fit its budget "
                                  "(about 50 minutes on an AVX2-only CPU)")]
 
 ITERATIONS = 5
