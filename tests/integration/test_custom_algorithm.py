@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import REPO
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy]
 
 
 def test_custom_algorithm_example_trains_an_iteration(ray_cluster, lookup_start_policy, tmp_path, capsys):

@@ -91,6 +91,7 @@ def _probe(engine):
     return ray.get(engine.score.remote([[5, 6, 7]], [[8, 9]], 1.0))[0]
 
 
+@pytest.mark.heavy
 def test_every_actor_kind_crashes_mid_iteration_and_nothing_is_lost(ray_cluster, flat_model, tmp_path):
     ref = _config(flat_model, tmp_path, "undisturbed").build()
     try:
@@ -252,6 +253,7 @@ def _same_iteration(got: dict, want: dict) -> None:
     assert got["learner"]["grad_norm"] == pytest.approx(want["learner"]["grad_norm"], rel=1e-4)
 
 
+@pytest.mark.heavy
 def test_rti_roles_gate_and_continuing_runner_crash_and_nothing_is_lost(rti_reference, tiny_model_path, tmp_path):
     algo = _rti_config(tiny_model_path, tmp_path, "disturbed").build()
     try:
@@ -338,6 +340,7 @@ def _restarted(actor, timeout_s: float = 300) -> None:
     raise AssertionError(f"{actor} did not come back within {timeout_s:g} s of its restart")
 
 
+@pytest.mark.heavy
 def test_every_actor_kind_restarts_after_the_driver_dropped_what_it_was_built_with(rti_reference, tiny_model_path,
                                                                                   tmp_path, monkeypatch):
     created = []  # (class, max_restarts, constructor arguments) of every actor the build starts

@@ -116,6 +116,7 @@ def test_ray_job_submit_hard20_main_job(tiny_model_path, tmp_path):
     assert not [x for x in watch.listening if not _loopback(x[1])], [x for x in watch.listening if not _loopback(x[1])]
 
 
+@pytest.mark.heavy
 def test_navigation_example_runs(ray_cluster, tiny_model_path, tmp_path, capsys):
     sys.path.insert(0, str(REPO / "examples"))
     import navigation

@@ -148,6 +148,7 @@ def test_algorithm_with_two_learner_ranks(ray_cluster, tmp_path):
     assert flat(served) != pytest.approx(flat(initial), abs=1e-6)  # the step moved the weights
 
 
+@pytest.mark.heavy
 def test_memory_options_take_the_same_step(ray_cluster, groups):
     # gradient checkpointing recomputes the same activations; ZeRO-Offload steps DeepSpeed's
     # CPU Adam (the same AdamW update) on host copies of the optimiser states and weights

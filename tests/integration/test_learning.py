@@ -19,14 +19,10 @@ standard errors from each.
 import numpy as np
 import pytest
 
-from policies.engines import cpu_flags
-
 # The budget above holds where vLLM's CPU kernels have AVX-512. On an AVX2-only CPU the same
 # test was measured at about 11 minutes per evaluation and 5.5 per iteration (about 50 in
-# all), more than CI's time allows beside the rest of the suite, so it does not run there.
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.learning,
-              pytest.mark.skipif("avx512f" not in cpu_flags(), reason="needs AVX-512 for vLLM's CPU kernels to fit its budget "
-                                 "(about 50 minutes on an AVX2-only CPU)")]
+# all): it is one of the heavy tests (tests/conftest.py).
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.learning, pytest.mark.heavy]
 
 ITERATIONS = 5
 EVAL_TASKS, EVAL_SAMPLES = 32, 4

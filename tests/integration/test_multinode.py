@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import REPO
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.heavy]
 
 
 def test_two_node_cluster_trains_and_restores(tmp_path):

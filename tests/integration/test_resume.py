@@ -17,7 +17,7 @@ from rti_actors.checkpoints import is_complete, periodic_path
 from tests.conftest import REPO
 from tests.integration.learnable_env import HOLD_AFTER, HOLD_DIR
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.heavy]
 
 
 def _command(model: str, run_dir: Path, name: str, *extra: str) -> list[str]:
