@@ -37,7 +37,7 @@ class _Graph:
 
 
 def _updates(group: _Group) -> Updates:
-    config = {"training": {}, "fault_tolerance": {"max_restarts": 1}}
+    config = {"training": {}, "fault_tolerance": {"max_restarts": 1}, "learners": {"lora": None}}
     return Updates(_Graph(group), config, _Monitor(), Counter())
 
 
