@@ -45,7 +45,7 @@ log = logging.getLogger("rti_actors")
 
 # what the driver redoes after a crash, each reported (as faults/redone/<name>) from the start
 REDONE = ("rollout_chunks", "stale_episodes", "engines_repaired", "queue_puts", "learner_rebuilds",
-          "learner_steps_lost", "learner_from_weights")
+          "learner_steps_lost", "learner_steps_redone", "learner_from_weights")
 
 
 class Algorithm:
@@ -160,7 +160,7 @@ class Algorithm:
         state = {"iteration": self.iteration, "version": self.version, "rng": rng, "learner_step": self.learner_step,
                  "sft": self.sft_progress}
         with atomic_dir(path, {k: v for k, v in state.items() if k != "rng"}) as tmp:
-            self.learner.save(str(tmp / "learner"))
+            self.updates.save(str(tmp / "learner"))
             (tmp / "config.json").write_text(self.config.to_json())
             (tmp / "algorithm_state.json").write_text(json.dumps(state))
             self.plugin.save_state(tmp)

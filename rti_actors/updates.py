@@ -1,8 +1,9 @@
 """The learner's steps and the weights' way to the engines, with what a crash makes the
 driver redo: the iteration's samples are kept until the step is done, so a replay queue
 that restarted empty or a learner that died gets them again (the learner rebuilt from the
-newest checkpoint, or from the last published weights when there is none); a publish that
-meets a dead learner publishes the rebuilt one's weights;
+newest checkpoint, or from the last published weights when there is none); a publish or a
+checkpoint that meets a dead learner rebuilds it, redoes the step it lost from the samples
+the driver still holds, and publishes or saves that;
 an engine behind the current version gets the latest weights again; an engine dead for
 good gets no more weights, and the run goes on with the others (``failover.Members``)."""
 
@@ -40,14 +41,20 @@ class Updates:
         self.last_save: Path | None = None
         self.run_dir = run_dir
         self.lora = bool(config["learners"]["lora"])
+        # (step, samples, versions, weights version it ran at) of the newest step, for its redo
+        self.last_step: tuple | None = None
 
     # ---- one step: put the groups, let the learner pull them ------------------------------
-    def start(self, samples: list, versions: list) -> tuple:
+    def start(self, samples: list, versions: list, version: int | None = None) -> tuple:
+        """Put the groups and let the learner pull them, as of weights ``version`` (default:
+        the current one; a redone step pulls as of the version it first ran at, or the
+        queue's lag bound would drop its groups as stale)."""
         incarnation = ray.get(self.queue.put.remote(samples, versions))
-        return incarnation, self.learner.pull_and_update(self.queue, len(samples), self.version,
+        return incarnation, self.learner.pull_and_update(self.queue, len(samples),
+                                                        self.version if version is None else version,
                                                         self.training["skip_zero_variance_groups"])
 
-    def finish(self, update: tuple, samples: list, versions: list) -> dict:
+    def finish(self, update: tuple, samples: list, versions: list, version: int | None = None) -> dict:
         """The step's metrics. If the queue restarted (empty) between the put and the
         learner's get, or the learner died, the samples are put again and the step redone,
         on a learner rebuilt from the last checkpoint."""
@@ -62,11 +69,12 @@ class Updates:
             else:
                 if learn["queue_incarnation"] == incarnation:
                     self.learner_step = learn.get("step", self.learner_step)
+                    self.last_step = (self.learner_step, samples, versions, self.version if version is None else version)
                     return learn
                 log.warning("the replay queue restarted before the learner pulled; putting the groups again")
                 self.redone["queue_puts"] += 1
             ray.get(self.queue.clear.remote())
-            update = self.start(samples, versions)
+            update = self.start(samples, versions, version)
         raise RuntimeError("the update failed after every retry: the learner or the replay queue keeps crashing")
 
     # ---- publishing -----------------------------------------------------------------------
@@ -96,7 +104,7 @@ class Updates:
             # its weights were out): publish a rebuilt learner's weights instead
             if not died(err) or self.learner_alive():
                 raise
-            self.rebuild_learner(err)
+            self.recover_learner(err)
             weights = self.weights()
             self.engines.each("update_weights", weights, self.version)
         ray.get(self.graph.latest.set.remote(self.version, [weights]))  # kept for engines that restart
@@ -146,11 +154,53 @@ class Updates:
         except ACTOR_FAILURES:
             return False
 
+    def save(self, path: str) -> None:
+        """The learner's state into ``path``. A learner that dies while saving is rebuilt,
+        its lost step redone, and saved again: the checkpoint holds the weights published."""
+        for _ in range(self.max_restarts + 1):
+            try:
+                self.learner.save(path)
+                return
+            except ACTOR_FAILURES as err:
+                if not died(err):
+                    raise
+                self.recover_learner(err)
+        raise RuntimeError(f"saving the learner into {path} failed after every retry: its ranks keep dying")
+
     def rebuild_learner(self, err: Exception) -> None:
-        step = self.fresh_learner(self.last_save, f"the learner died ({type(err).__name__})")
+        """A new learner group in place of one whose rank died; a rank of the new group that
+        dies while it loads (a node going away mid-recovery) makes the next try."""
+        why = f"the learner died ({type(err).__name__})"
+        for _ in range(self.max_restarts + 1):
+            try:
+                step = self.fresh_learner(self.last_save, why)
+                break
+            except ACTOR_FAILURES as again:
+                if not died(again):
+                    raise
+                why = f"the rebuilt learner died too ({type(again).__name__})"
+        else:
+            raise RuntimeError(f"{why}; no rebuild of the learner lived through its loading")
         self.redone["learner_rebuilds"] += 1
         self.redone["learner_steps_lost"] += self.learner_step - step
         self.learner_step = step
+
+    def recover_learner(self, err: Exception) -> None:
+        """The learner died after its step, before its weights were published or saved: it is
+        rebuilt and, when what it came back to is one step behind, that step is redone on the
+        iteration's samples (the same update: the same weights, optimiser state and batch)."""
+        self.rebuild_learner(err)
+        step, samples, versions, version = self.last_step or (None, None, None, None)
+        if step == self.learner_step + 1:
+            log.warning("redoing learner step %d, lost with the learner", step)
+            ray.get(self.queue.clear.remote())
+            learn = self.finish(self.start(samples, versions, version), samples, versions, version)
+            if learn.get("step") != step:
+                raise RuntimeError(f"redoing learner step {step} stepped to {learn.get('step')} "
+                                   f"({learn.get('num_groups_trained', 0)} groups trained): the run cannot go on "
+                                   "with weights other than those it published")
+            self.redone["learner_steps_lost"] -= 1
+            self.redone["learner_steps_redone"] += 1
 
     def fresh_learner(self, ckpt: Path | None, why: str) -> int:
         """A new learner group from ``ckpt`` (or the model folder when nothing was trained

@@ -18,6 +18,7 @@ import pytest
 import ray
 
 from rti_actors import RTIConfig
+from rti_actors.checkpoints import periodic, periodic_path, verify
 from rti_actors.failover import NoneLeft
 from tests.integration import learnable_env  # noqa: F401  (registers FirstLetter-v0)
 
@@ -180,6 +181,40 @@ def test_a_learner_without_a_checkpoint_comes_back_on_the_weights_it_published(r
     assert last["faults/redone/learner_from_weights"] == 1 and last["faults/redone/learner_rebuilds"] == 1
     assert last["faults/redone/learner_steps_lost"] == 0  # every finished step had been published
     assert last["learner"]["step"] == 4 and last["policy_version"] == 4
+
+
+def test_a_learner_that_dies_while_saving_is_rebuilt_and_its_step_redone(ray_cluster, flat_model, tmp_path):
+    def config(name):
+        return _config(flat_model, tmp_path, name).checkpointing(every=1, keep=1)
+
+    ref = config("undisturbed").build()
+    try:
+        want = [ref.train() for _ in range(3)]
+    finally:
+        ref.stop()
+
+    algo = config("disturbed").build()
+    try:
+        got = [algo.train()]
+        # 2: the step is done and published, then the learner dies as the checkpoint starts:
+        # rebuilt from iteration 1's checkpoint, step 2 is redone and that is what is saved
+        _once(algo.learner, "save", before=lambda: ray.kill(algo.learner.ranks[0], no_restart=True))
+        got.append(algo.train())
+        saved = periodic(algo.run_dir)[-1]
+        verify(saved)  # whole: the second save went into the checkpoint the first one started
+        got.append(algo.train())
+    finally:
+        algo.stop()
+
+    assert saved == periodic_path(algo.run_dir, 2)
+    for g, w in zip(got, want):  # the redone step is the same update: iteration 3 sees the same weights
+        assert g["reward_mean"] == w["reward_mean"]
+        assert g["learner"]["loss"] == pytest.approx(w["learner"]["loss"], abs=1e-6)
+        assert g["learner"]["grad_norm"] == pytest.approx(w["learner"]["grad_norm"], rel=1e-4)
+    last = got[-1]
+    assert last["faults/redone/learner_rebuilds"] == 1 and last["faults/redone/learner_steps_redone"] == 1
+    assert last["faults/redone/learner_steps_lost"] == 0
+    assert last["learner"]["step"] == 3 and last["policy_version"] == 3
 
 
 def _kill_after_send(actor, method: str, for_good: bool = False):
