@@ -12,8 +12,9 @@ How to run (from the repository root):
     python examples/openai_agent.py --quick            # GRPO on tier 1 from the Lookup start policy
     python examples/openai_agent.py --iterations 10 --tasks-per-iteration 8
 
-RTI needs to continue an episode from a corrected step, which an agent function's episodes
-cannot do yet: ``--algorithm rti`` is refused when the run is built, saying so.
+With ``--algorithm rti`` the same loop trains with RTI: a failed episode's continuation is
+played by running the agent again, its first requests answered with the recorded turns and
+the corrected one (docs/OPENAI_AGENTS.md, "RTI and AEPO: continuing an episode by replay").
 
 Results to expect (measured once on 2 CPU cores shared with a running benchmark; vLLM
 engine, the start policy of results/lookup-cpu/start): `--iterations 1

@@ -79,6 +79,9 @@ class Recording:
     prefix_break: str = ""   # why a request stopped extending the record ("" while none did)
     infra_error: str = ""    # the engines failed while serving this episode
     closed: bool = False
+    # a continuation's replay: the first requests get these turns (recorded, or corrected)
+    # instead of a sample, so the agent walks back to where the episode is continued from
+    script: list[Generation] = field(default_factory=list)
 
     @property
     def recording(self) -> bool:
@@ -144,10 +147,11 @@ class Endpoint:
             await self._runner.cleanup()
             self._runner = None
 
-    def open(self, spec: EpisodeSpec, sampling: SamplingParams) -> tuple[str, str]:
-        """A new episode: (base URL, key). The key is the path and the API key."""
+    def open(self, spec: EpisodeSpec, sampling: SamplingParams, script: list[Generation] | None = None) -> tuple[str, str]:
+        """A new episode: (base URL, key). The key is the path and the API key. ``script``:
+        the turns its first requests are answered with (a continuation's replay)."""
         key = secrets.token_hex(16)
-        self.episodes[key] = Recording(spec, sampling, self.max_len)
+        self.episodes[key] = Recording(spec, sampling, self.max_len, script=list(script or []))
         return f"http://127.0.0.1:{self.port}/episodes/{key}/v1", key
 
     def close(self, key: str) -> Recording:
@@ -192,7 +196,10 @@ class Endpoint:
         sampling = rec.sampling if limit >= rec.sampling.max_tokens else replace(rec.sampling, max_tokens=limit)
         seed = self.seed_of(rec.spec, rec.requests)
         rec.requests += 1
-        gen: Generation = (await self.engines.generate_async([prompt], sampling, [seed]))[0]
+        if rec.requests <= len(rec.script):
+            gen = rec.script[rec.requests - 1]
+        else:
+            gen = (await self.engines.generate_async([prompt], sampling, [seed]))[0]
         if gp is not None and rec.recording:
             self._record(rec, gp, gen)
         return self._answer(body, rec, gen.token_ids, gen, len(prompt))

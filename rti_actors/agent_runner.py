@@ -8,6 +8,14 @@ env). The env's grader scores the answer the agent returns (``AgentTask.finish``
 trajectory is what the endpoint recorded, so the learner trains on exactly the tokens the
 engines sampled (loss on those only), with the env's reward.
 
+Continuations (RTI's fixed steps, AEPO's branches) are played by replay: the agent runs again
+from the task's start on a fresh env, and the endpoint answers its first k requests with the
+episode's recorded turns and request k + 1 with the corrected (or branching) turn, then
+samples. The agent cannot tell a replay from its first run, so no harness needs a way to be
+restored mid-episode; it must only act the same on the same replies. Whether it did is
+checked on the tokens: the replayed record must equal the original's prefix id for id,
+else the continuation is a ``ReplayFailure`` (``EnvRunner.continue_from``).
+
 Whose fault: an agent that raises, returns no string or runs past ``agent_timeout_s``, an
 env that fails, and engines that fail are infrastructure failures (``infra_error``: replayed
 on a fresh env, then left out of the group), never a failed rollout.
@@ -64,21 +72,23 @@ class AgentEpisodes:
     def __init__(self, runner, agent, seed_of: Callable[[EpisodeSpec, int], int], timeout_s: float = 600.0):
         self.runner, self.agent, self.seed_of, self.timeout_s = runner, load_agent(agent), seed_of, timeout_s
 
-    def play(self, specs: list[EpisodeSpec], sampling) -> list[Played]:
-        return asyncio.run(self._play(specs, sampling))
+    def play(self, specs: list[EpisodeSpec], sampling, scripts: list[list] | None = None) -> list[Played]:
+        """One episode per spec; ``scripts[i]``: the turns spec i's first requests are
+        answered with instead of samples (a continuation's replay)."""
+        return asyncio.run(self._play(specs, sampling, scripts or [[] for _ in specs]))
 
-    async def _play(self, specs: list[EpisodeSpec], sampling) -> list[Played]:
+    async def _play(self, specs: list[EpisodeSpec], sampling, scripts: list[list]) -> list[Played]:
         r = self.runner
         endpoint = await Endpoint(r.renderer, r.engines, int(r.policy["max_model_len"]), self.seed_of).start()
         free: asyncio.Queue = asyncio.Queue()
         for slot in range(len(r.envs)):
             free.put_nowait(slot)
 
-        async def one(spec: EpisodeSpec) -> Played:
+        async def one(spec: EpisodeSpec, script: list) -> Played:
             slot = await free.get()
             try:
                 for attempt in range(r.max_episode_retries + 1):
-                    played = await self._episode(endpoint, r.envs[slot], spec, sampling)
+                    played = await self._episode(endpoint, r.envs[slot], spec, sampling, script)
                     if not played.error or attempt == r.max_episode_retries:
                         break
                     r.envs[slot] = r.creator(dict(r.env_config))  # a fresh env, same seeds
@@ -88,15 +98,15 @@ class AgentEpisodes:
                 free.put_nowait(slot)
 
         try:
-            return list(await asyncio.gather(*(one(s) for s in specs)))
+            return list(await asyncio.gather(*(one(s, sc) for s, sc in zip(specs, scripts))))
         finally:
             await endpoint.stop()
 
-    async def _episode(self, endpoint: Endpoint, env, spec: EpisodeSpec, sampling) -> Played:
+    async def _episode(self, endpoint: Endpoint, env, spec: EpisodeSpec, sampling, script: list) -> Played:
         from openai import AsyncOpenAI  # the agent extra: only agent mode needs the client
 
         started = time.perf_counter()
-        url, key = endpoint.open(spec, sampling)
+        url, key = endpoint.open(spec, sampling, script)
         outcome, error = Outcome(), ""
         try:
             env.unwrapped.config["split"] = spec.split

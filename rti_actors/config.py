@@ -331,8 +331,7 @@ class RTIConfig:
 
 
 def _agent_problems(r: dict, plugin) -> list[str]:
-    """Agent mode: the function loads, the client is installed, the algorithm plays episodes
-    from their start only."""
+    """Agent mode: the function loads and the client is installed."""
     if r["agent"] is None:
         return []
     try:
@@ -341,10 +340,6 @@ def _agent_problems(r: dict, plugin) -> list[str]:
         return [str(e)]
     if importlib.util.find_spec("openai") is None:
         return ["env_runners(agent=...) hands the agent an openai.AsyncOpenAI client: pip install 'rti-actors[agent]'"]
-    if plugin is not None and plugin.continues_episodes:
-        return [f"training(algorithm={plugin.name!r}) continues episodes from a mid-episode state, which an agent "
-                "function's episodes cannot do yet: use algorithm='grpo' (or another that plays whole episodes) with "
-                "env_runners(agent=...)"]
     return []
 
 

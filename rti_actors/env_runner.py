@@ -184,7 +184,14 @@ class EnvRunner(Restartable):
         """RTI continuation: restore each episode to just before turn k by replaying the
         original actions, put the corrected turn's ids in place of the original turn's, and
         let the policy play on with the normal sampling settings and no guidance. A replay
-        that does not reproduce the original observations gives a ``ReplayFailure``."""
+        that does not reproduce the original observations gives a ``ReplayFailure``. In
+        agent mode the agent replays the episode itself (``rti_actors.agent_runner``)."""
+        if self.agents is not None:
+            scripts = [[Generation(req.prefix.ids[a:b], req.prefix.logprobs[a:b], "stop", v)
+                        for (a, b), v in zip(req.turn_spans, req.turn_versions)]
+                       + [Generation(req.ids, req.logprobs, "stop", req.version)] for req in requests]
+            played = self.agents.play([req.spec for req in requests], sampling, scripts)
+            return [self._agent_continuation(req, p) for req, p in zip(requests, played)]
         out = []
         for i in range(0, len(requests), len(self.envs)):
             slots: list = []  # per request: an Episode, or a ReplayFailure
@@ -197,6 +204,26 @@ class EnvRunner(Restartable):
             results = dict(zip(map(id, episodes), self._play(episodes, sampling)))
             out += [results[id(s)] if isinstance(s, Episode) else s for s in slots]
         return out
+
+    def _agent_continuation(self, req: Continuation, p: Played) -> Trajectory | ReplayFailure:
+        """An agent's replayed continuation as the chat loop's would be: the original prefix
+        (its token weights too), the corrected turn with its weights, what the policy played
+        after. Unless the agent replayed the prefix id for id, a ``ReplayFailure``."""
+        rec, k, n = p.recording, len(req.actions), len(req.prefix)
+        ep = Episode.of_agent(p, self.agent["on_prefix_break"] == "drop")
+        if not p.error:
+            if len(rec.turn_spans) <= k or rec.turn_spans[k][0] != n or rec.buf.ids[:n] != req.prefix.ids:
+                why = rec.prefix_break or ("it made fewer requests" if len(rec.turn_spans) <= k
+                                           else "its requests rendered other tokens")
+                return ReplayFailure(req.spec, f"the agent did not replay the episode up to turn {k} ({why}); is it "
+                                               "deterministic given the same replies?")
+            b, pre = rec.buf, req.prefix
+            ep.buf = TokenBuffer(pre.ids + b.ids[n:], pre.loss_mask + b.loss_mask[n:], pre.logprobs + b.logprobs[n:],
+                                 pre.token_weight + b.token_weight[n:])
+            ep.buf.token_weight[n:n + len(req.ids)] = list(req.token_weight)
+            ep.versions = list(req.turn_versions) + rec.versions[k:]
+            ep.intervened_step, ep.corrected_span = k, (n, n + len(req.ids))
+        return ep.result(time.perf_counter() - p.started, None)
 
     def has_oracle(self) -> bool:
         return has_oracle(self.envs[0])

@@ -11,7 +11,6 @@ from rti_actors.losses import aepo_loss
 
 class AEPO(AlgorithmPlugin):
     name = "aepo"
-    continues_episodes = True
     with_entropy = True  # from the same logits as the log-probs
     loss_stats = ("entropy_sum", "preserved")  # the loss tokens' entropy, and where the clip kept a gradient
     panels = (("aepo/global_rollouts", "aepo/branches"), ("aepo/branch_rate",), ("learner/entropy_mean",))

@@ -39,9 +39,6 @@ class AlgorithmPlugin:
     normaliser: ClassVar[str] = "tokens"       # the loss divides by loss "tokens" or "sequences"
     with_entropy: ClassVar[bool] = False       # loss() also gets each loss token's entropy
     loss_stats: ClassVar[tuple[str, ...]] = ()  # sums the loss returns beyond the common ones
-    # it continues episodes from a mid-episode state (EnvRunner.continue_from), which an
-    # agent function's episodes (env_runners(agent=...)) cannot do
-    continues_episodes: ClassVar[bool] = False
 
     @staticmethod
     def loss(logp, batch: dict, settings: dict, normaliser: float, entropy=None):

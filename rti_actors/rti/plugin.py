@@ -46,7 +46,6 @@ def rti_funnel(m: dict) -> str:
 
 class RTI(GRPO):
     name = "rti"
-    continues_episodes = True
     # the last is the paper's Fig. 5a: one fixed set of accepted fixes, their PPL when the
     # gate accepted them against their PPL under the weights of each later iteration
     panels = (("rti/accepted", "rti/continuation_success"), ("rti/mean_ppl_accepted",),

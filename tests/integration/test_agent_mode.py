@@ -61,3 +61,36 @@ def test_one_grpo_iteration_trains_on_exactly_the_tokens_the_engine_sampled(ray_
     for t in seen:
         assert [i for i, x in enumerate(t.loss_mask) if x] == [i for s, e in t.turn_spans for i in range(s, e)]
         assert "fetched" in t.reward_breakdown  # the env's grader scored the agent's answer
+
+
+def test_rti_continues_an_agents_failed_episodes_by_replaying_the_agent(ray_cluster, flat_model, tmp_path):
+    """Every rollout of the random policy fails; the env's rule roles correct a step and the
+    runners continue from it by running the agent again (its first requests answered with
+    the recorded turns and the fix). The fixes are trained with their weighted span."""
+    algo = (RTIConfig()
+            .environment("Lookup-v0", env_config={"tiers": [1]})
+            .policy(model=flat_model, engine="hf", max_new_tokens=8, max_model_len=1024, temperature=1.0)
+            .env_runners(num_env_runners=2, num_envs_per_env_runner=2, num_cpus_per_env_runner=0.25, agent=agent)
+            .training(algorithm="rti", group_size=2, tasks_per_iteration=2, skip_zero_variance_groups=False)
+            .interventions(roles="rules", verifier_llm=False, ppl_threshold=float("inf"))
+            .learners(backend="torch")
+            .reporting(run_dir=str(tmp_path / "runs"), run_name="agent-rti")
+            .build())
+    fixed = []
+    advantages = algo.plugin.advantages
+
+    def keep_then_advantages(driver, groups):
+        fixed.extend(t for g in groups for t in g if t.intervened)
+        return advantages(driver, groups)
+
+    algo.plugin.advantages = keep_then_advantages
+    try:
+        m = algo.train()
+    finally:
+        algo.stop()
+    assert m["frac_all_fail_groups"] == 1.0
+    assert m["rti/continued"] >= 1 and m["rti/replay_errors"] == 0, {k: v for k, v in m.items() if k.startswith("rti/")}
+    assert fixed and m["policy_version"] == 1
+    for t in fixed:
+        a, b = t.corrected_span
+        assert t.turn_spans[t.intervened_step] == (a, b) and all(t.loss_mask[a:b])

@@ -13,10 +13,10 @@ from openai import AsyncOpenAI
 
 import envs
 from examples.openai_agent import tool_loop as example_loop
-from policies.chat import ChatRenderer
+from policies.chat import ChatRenderer, TokenBuffer
 from policies.engines import Generation, SamplingParams
 from rti_actors.agent_endpoint import Endpoint
-from rti_actors.env_runner import EnvRunner, _agent_seed
+from rti_actors.env_runner import Continuation, EnvRunner, ReplayFailure, _agent_seed
 from rti_actors.groups import scored_groups
 from rti_actors.trajectory import EpisodeSpec
 
@@ -228,6 +228,67 @@ def test_an_agent_that_raises_is_an_infrastructure_failure(tiny_model_path, toke
     assert groups == [] and counts["faults/infra_episodes"] == 1
 
 
+# ---- continuations by replay (RTI's fixes, AEPO's branches) --------------------------------------
+RUNS = []
+
+
+async def restless_agent(client, task):
+    """Asks differently on every run: its replay cannot reproduce its first run."""
+    RUNS.append(1)
+    messages = list(task.messages) + [{"role": "user", "content": f"attempt {len(RUNS)}"}]
+    r = await client.chat.completions.create(model="policy", messages=messages, tools=task.tools)
+    return r.choices[0].message.content or ""
+
+
+def _continuation(t, k: int, ids: list[int], spec: EpisodeSpec) -> Continuation:
+    start = t.turn_spans[k][0]
+    weights = [0.5 if m else 1.0 for m in t.loss_mask[:start]]  # an earlier fix's weights stay
+    prefix = TokenBuffer(t.ids[:start], t.loss_mask[:start], t.logprobs[:start], weights)
+    return Continuation(spec, t.actions[:k], [], prefix, t.turn_spans[:k], t.turn_versions[:k], ids,
+                        [-0.25] * len(ids), [2.0] * len(ids), 7)
+
+
+def test_a_continuation_replays_the_agent_to_the_corrected_turn_then_samples(tiny_model_path, tokenizer):
+    r = runner(tiny_model_path, None, lookup_agent)
+    task = r.task_ids("train")[0]
+    answer = f"The answer is {r.envs[0].unwrapped.world.questions[task].answer}."
+    r.engines = engines = ScriptedEngines(tokenizer, answer="I do not know.")
+    (t,) = r.sample([EpisodeSpec(task, 0, seed=1)], SAMPLING)
+    assert len(t.turn_spans) == 2 and t.messages[-1]["content"] == "I do not know."
+
+    # turn 1 (the answer) corrected: turn 0 is replayed, the fix answered, nothing sampled
+    fix = tokenizer.encode(answer, add_special_tokens=False) + [tokenizer.eos_token_id]
+    spec = EpisodeSpec(task, 2, seed=1, round="0-0-rti")
+    served = len(engines.calls)
+    (c,) = r.continue_from([_continuation(t, 1, fix, spec)], SAMPLING)
+    assert len(engines.calls) == served
+    start = t.turn_spans[1][0]
+    assert c.ids[:start] == t.ids[:start] and c.ids[start:start + len(fix)] == fix
+    assert c.token_weight[:start] == [0.5 if m else 1.0 for m in t.loss_mask[:start]]
+    assert c.token_weight[start:start + len(fix)] == [2.0] * len(fix)
+    assert c.logprobs[start:start + len(fix)] == [-0.25] * len(fix)
+    assert c.corrected_span == (start, start + len(fix)) and c.intervened_step == 1
+    assert c.turn_versions == [t.turn_versions[0], 7] and (c.task_id, c.sample_index) == (task, 2)
+    assert c.messages[-1]["content"] == answer and c.reward == float(c.reward_breakdown["correct"])
+
+    # turn 0 corrected: the fix is answered, then the engines sample turn 1 under the
+    # continuation's own seed
+    call = tokenizer.encode(CALL, add_special_tokens=False) + [tokenizer.eos_token_id]
+    (c0,) = r.continue_from([_continuation(t, 0, call, spec)], SAMPLING)
+    assert len(engines.calls) == served + 1 and engines.calls[-1]["seeds"] == [_agent_seed(spec, 1)]
+    assert c0.ids[c0.turn_spans[0][0]:c0.turn_spans[0][1]] == call and len(c0.turn_spans) == 2
+    assert not c0.infra_error and c0.intervened_step == 0
+
+
+def test_an_agent_that_does_not_replay_its_episode_gives_a_replay_failure(tiny_model_path, tokenizer):
+    r = runner(tiny_model_path, ScriptedEngines(tokenizer), restless_agent)
+    task = r.task_ids("train")[0]
+    (t,) = r.sample([EpisodeSpec(task, 0, seed=1)], SAMPLING)
+    call = tokenizer.encode(CALL, add_special_tokens=False) + [tokenizer.eos_token_id]
+    (res,) = r.continue_from([_continuation(t, 0, call, EpisodeSpec(task, 2, seed=1, round="0-0-rti"))], SAMPLING)
+    assert isinstance(res, ReplayFailure) and "did not replay the episode up to turn 0" in res.reason
+
+
 # ---- the options, checked at build() ------------------------------------------------------------
 def sync_agent(client, task):
     return ""
@@ -237,8 +298,6 @@ def sync_agent(client, task):
     ("no_such_module:agent", "grpo", "cannot be loaded: ModuleNotFoundError"),
     ("tests.unit.test_agent_endpoint", "grpo", "must name an async function as 'package.module:function'"),
     (sync_agent, "grpo", "must be an async function `async def agent(client, task) -> str`"),
-    (lookup_agent, "rti", "training(algorithm='rti') continues episodes from a mid-episode state"),
-    (lookup_agent, "aepo", "training(algorithm='aepo') continues episodes"),
 ])
 def test_a_bad_agent_setting_fails_at_build_saying_what_to_change(agent, algorithm, says):
     from rti_actors import RTIConfig
@@ -249,5 +308,8 @@ def test_a_bad_agent_setting_fails_at_build_saying_what_to_change(agent, algorit
         config.validate()
     assert says in str(err.value)
     RTIConfig().environment("Lookup-v0").policy(engine="hf").env_runners(agent=lookup_agent).validate()
+    for method in ("rti", "aepo"):  # continuations are played by replay
+        RTIConfig().environment("Lookup-v0").policy(engine="hf").env_runners(agent=lookup_agent).training(
+            algorithm=method).validate()
     RTIConfig().environment("Lookup-v0").policy(engine="hf").env_runners(
         agent="tests.unit.test_agent_endpoint:lookup_agent").validate()
