@@ -21,11 +21,12 @@ def _chaos_module():
 
 
 def test_a_chaos_run_loses_and_duplicates_no_episode(ray_cluster, tiny_model_path):
-    result = _chaos_module().chaos(tiny_model_path, minutes=2.0, baseline_minutes=0.5, kills_per_iteration=3.0,
+    result = _chaos_module().chaos(tiny_model_path, minutes=2.0, baseline_minutes=0.5, kills_per_iteration=4.0,
                                    seed=0)
     s = result["summary"]
-    assert s["iterations_completed"] >= 1
-    assert sum(s["kills_by_kind"].values()) >= 3, s["kills_by_kind"]  # the chaos really happened
+    assert s["iterations_completed"] >= 2  # at least one under chaos and the one after it
+    # the chaos really happened (the seeded gaps average a quarter of an undisturbed iteration)
+    assert sum(s["kills_by_kind"].values()) >= 2, s["kills_by_kind"]
     assert s["episodes_asked"] == s["iterations_completed"] * 2 * 2  # tasks_per_iteration x group_size
     assert s["episodes_lost"] == 0 and s["episodes_duplicated"] == 0, result["chaos"]["rows"]
     assert s["samples_sent_not_trained"] == 0
