@@ -72,6 +72,15 @@ def _restart(actor) -> None:
         time.sleep(0.1)
 
 
+def _undisturbed(config, iterations: int) -> list[dict]:
+    """The metrics of ``iterations`` iterations of ``config`` with nothing killed."""
+    algo = config.build()
+    try:
+        return [algo.train() for _ in range(iterations)]
+    finally:
+        algo.stop()
+
+
 def _once(obj, name: str, before=None, after=None):
     """Replace ``obj.name`` for one call: ``before()`` runs first, ``after(result)`` last."""
     original = getattr(obj, name)
@@ -94,11 +103,7 @@ def _probe(engine):
 
 @pytest.mark.heavy
 def test_every_actor_kind_crashes_mid_iteration_and_nothing_is_lost(ray_cluster, flat_model, tmp_path):
-    ref = _config(flat_model, tmp_path, "undisturbed").build()
-    try:
-        want = [ref.train() for _ in range(4)]
-    finally:
-        ref.stop()
+    want = _undisturbed(_config(flat_model, tmp_path, "undisturbed"), 4)
 
     algo = _config(flat_model, tmp_path, "disturbed").build()
     engine = algo.engines[0]
@@ -145,11 +150,7 @@ def test_a_learner_without_a_checkpoint_comes_back_on_the_weights_it_published(r
     def config(name):
         return _config(flat_model, tmp_path, name).checkpointing(every=0)
 
-    ref = config("undisturbed").build()
-    try:
-        want = [ref.train() for _ in range(3)]
-    finally:
-        ref.stop()
+    want = _undisturbed(config("undisturbed"), 3)
 
     algo = config("disturbed").build()
     published = {}
@@ -187,11 +188,7 @@ def test_a_learner_that_dies_while_saving_is_rebuilt_and_its_step_redone(ray_clu
     def config(name):
         return _config(flat_model, tmp_path, name).checkpointing(every=1, keep=1)
 
-    ref = config("undisturbed").build()
-    try:
-        want = [ref.train() for _ in range(3)]
-    finally:
-        ref.stop()
+    want = _undisturbed(config("undisturbed"), 3)
 
     algo = config("disturbed").build()
     try:
