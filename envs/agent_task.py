@@ -12,6 +12,7 @@ returns the env's verdict. The env's own failures raise out of both, as they do 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass, field
 
@@ -37,6 +38,10 @@ class AgentTask:
     demonstration: list[dict] = field(default_factory=list)  # a worked example to put after the system prompt
     env: object = field(default=None, repr=False)
     outcome: Outcome | None = field(default=None, repr=False)  # set once the env ended the episode
+    # one call at a time into the env, in the order the agent made them (an agent may gather
+    # several calls at once; an env is not written for concurrent steps)
+    _stepping: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
+    executor: object = field(default=None, repr=False)  # the threads the env steps in (None: asyncio's default)
 
     @classmethod
     def open(cls, env, observation: list[dict], info: dict) -> AgentTask:
@@ -52,18 +57,22 @@ class AgentTask:
 
     async def call_tool(self, name: str, arguments: dict | str) -> str:
         """Run one tool call in the environment; its result's text (an ``Error: ...`` text for
-        a bad call, or once the episode is over)."""
-        if self.outcome is not None:
-            return "Error: the episode is over; no more tool calls are run."
-        if isinstance(arguments, str):
-            try:
-                arguments = json.loads(arguments) if arguments.strip() else {}
-            except json.JSONDecodeError as e:
-                return f"Error: the arguments of {name} are not valid JSON: {e}"
-        new, reward, terminated, truncated, info = self.env.step(
-            {"content": "", "tool_calls": [{"name": name, "arguments": arguments}]})
-        if terminated or truncated:
-            self._end(reward, terminated, truncated, info)
+        a bad call, or once the episode is over). The env steps in a worker thread, so a slow
+        tool (a web request, a subprocess) holds up only this episode, not the others the
+        runner's event loop is playing."""
+        async with self._stepping:
+            if self.outcome is not None:
+                return "Error: the episode is over; no more tool calls are run."
+            if isinstance(arguments, str):
+                try:
+                    arguments = json.loads(arguments) if arguments.strip() else {}
+                except json.JSONDecodeError as e:
+                    return f"Error: the arguments of {name} are not valid JSON: {e}"
+            action = {"content": "", "tool_calls": [{"name": name, "arguments": arguments}]}
+            new, reward, terminated, truncated, info = await asyncio.get_running_loop().run_in_executor(
+                self.executor, self.env.step, action)
+            if terminated or truncated:
+                self._end(reward, terminated, truncated, info)
         return "\n".join(m.get("content") or "" for m in new)
 
     def finish(self, answer: str) -> Outcome:

@@ -26,7 +26,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable
 
 from envs.agent_task import AgentTask, Outcome
@@ -71,6 +73,7 @@ class AgentEpisodes:
 
     def __init__(self, runner, agent, seed_of: Callable[[EpisodeSpec, int], int], timeout_s: float = 600.0):
         self.runner, self.agent, self.seed_of, self.timeout_s = runner, load_agent(agent), seed_of, timeout_s
+        self.threads: ThreadPoolExecutor | None = None  # the envs' worker threads while playing
 
     def play(self, specs: list[EpisodeSpec], sampling, scripts: list[list] | None = None) -> list[Played]:
         """One episode per spec; ``scripts[i]``: the turns spec i's first requests are
@@ -79,6 +82,10 @@ class AgentEpisodes:
 
     async def _play(self, specs: list[EpisodeSpec], sampling, scripts: list[list]) -> list[Played]:
         r = self.runner
+        # env resets, tool calls and graders run in worker threads, one per env, so a slow one
+        # holds up its own episode only; a thread stuck in a tool past the agent's timeout is
+        # left behind with its env (replaced), not waited for
+        self.threads = ThreadPoolExecutor(len(r.envs), "agent-env")
         endpoint = await Endpoint(r.renderer, r.engines, int(r.policy["max_model_len"]), self.seed_of).start()
         free: asyncio.Queue = asyncio.Queue()
         for slot in range(len(r.envs)):
@@ -89,9 +96,10 @@ class AgentEpisodes:
             try:
                 for attempt in range(r.max_episode_retries + 1):
                     played = await self._episode(endpoint, r.envs[slot], spec, sampling, script)
-                    if not played.error or attempt == r.max_episode_retries:
+                    if not played.error:
                         break
-                    r.envs[slot] = r.creator(dict(r.env_config))  # a fresh env, same seeds
+                    # a fresh env, same seeds (the old one may still be in a stuck tool call)
+                    r.envs[slot] = r.creator(dict(r.env_config))
                 played.retries = attempt
                 return played
             finally:
@@ -101,6 +109,7 @@ class AgentEpisodes:
             return list(await asyncio.gather(*(one(s, sc) for s, sc in zip(specs, scripts))))
         finally:
             await endpoint.stop()
+            self.threads.shutdown(wait=False, cancel_futures=True)
 
     async def _episode(self, endpoint: Endpoint, env, spec: EpisodeSpec, sampling, script: list) -> Played:
         from openai import AsyncOpenAI  # the agent extra: only agent mode needs the client
@@ -110,8 +119,10 @@ class AgentEpisodes:
         outcome, error = Outcome(), ""
         try:
             env.unwrapped.config["split"] = spec.split
-            obs, info = env.reset(options={"task_id": spec.task_id})
+            loop = asyncio.get_running_loop()
+            obs, info = await loop.run_in_executor(self.threads, partial(env.reset, options={"task_id": spec.task_id}))
             task = AgentTask.open(env, obs, info)
+            task.executor = self.threads
         except Exception as e:
             task, error = None, f"reset of task {spec.task_id!r} raised {type(e).__name__}: {e}"
         if task is not None:
@@ -122,7 +133,7 @@ class AgentEpisodes:
                 if not isinstance(answer, str):
                     error = f"the agent returned {type(answer).__name__}; an agent returns its answer as a str"
                 else:
-                    outcome = task.finish(answer)
+                    outcome = await loop.run_in_executor(self.threads, task.finish, answer)
             except asyncio.TimeoutError:
                 error = f"the agent did not return within {self.timeout_s:g} s (env_runners(agent_timeout_s))"
             except Exception as e:  # the user's code or the env failed, not the policy

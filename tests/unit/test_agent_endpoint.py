@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 
 import openai
 import pytest
@@ -226,6 +227,30 @@ def test_an_agent_that_raises_is_an_infrastructure_failure(tiny_model_path, toke
     assert "raised RuntimeError: my harness broke" in t.infra_error and t.infra_retries == 1
     groups, counts = scored_groups([t])
     assert groups == [] and counts["faults/infra_episodes"] == 1
+
+
+def test_a_slow_tool_holds_up_only_its_own_episode(tiny_model_path, tokenizer):
+    """Each episode's tool call waits until the other episode's call has started too: only
+    tool calls that run beside the event loop (not on it) get both episodes through."""
+    barrier = threading.Barrier(2, timeout=30)
+
+    def creator(config):
+        env = envs.get_creator("Lookup-v0")(config)
+        step = env.step
+
+        def step_after_the_other_episodes_call(action):
+            if action.get("tool_calls"):
+                barrier.wait()
+            return step(action)
+        env.step = step_after_the_other_episodes_call
+        return env
+
+    r = runner(tiny_model_path, ScriptedEngines(tokenizer), lookup_agent)
+    r.creator = creator
+    r.envs = [creator(dict(r.env_config)) for _ in r.envs]
+    task = r.task_ids("train")[0]
+    trajs = r.sample([EpisodeSpec(task, i, seed=1) for i in range(2)], SAMPLING)
+    assert [t.infra_error for t in trajs] == ["", ""] and all(t.num_turns == 2 for t in trajs)
 
 
 # ---- continuations by replay (RTI's fixes, AEPO's branches) --------------------------------------
