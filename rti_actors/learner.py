@@ -616,7 +616,11 @@ class Learner:
     def weight_meta(self) -> list[tuple[str, list[int], str]]:
         if self.lora is not None:  # the merged weights: the base model's names, shapes and dtypes
             return [(name, list(p.shape), str(p.dtype)) for name, p in base_parameters(self.module)]
-        return [(name, list(getattr(p, "ds_shape", None) or p.shape), str(p.dtype))
+        # the dtype of what _full_params sends: the fp32 master where DeepSpeed's bf16 keeps
+        # one beside the working copy, so a broadcast carries what get_weights and export give
+        masters = self._stage0_masters()
+        return [(name, list(getattr(p, "ds_shape", None) or p.shape), str(masters[id(p)].dtype if id(p) in masters
+                                                                           else p.dtype))
                 for name, p in self.module.named_parameters()]
 
     @torch.no_grad()
