@@ -88,9 +88,9 @@ class Ledger:
             self.trained[algo_.iteration] = [tr for g in groups for tr in g]
             return advantages(algo_, groups)
 
-        def on_start(samples, versions):
+        def on_start(samples, versions, *rest):
             self.sent[algo.iteration] = sum(len(g) for g in samples)
-            return start(samples, versions)
+            return start(samples, versions, *rest)
         algo.rollouts.launch, algo.plugin.advantages, algo.updates.start = on_launch, on_advantages, on_start
 
     def account(self, iteration: int) -> dict:
