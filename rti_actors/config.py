@@ -299,7 +299,7 @@ class RTIConfig:
         plugin = get_algorithm(t["algorithm"]) if ok("training", "algorithm") else None
         if plugin is not None:
             problems += plugin.validate(c, ok)
-        problems += _agent_problems(r, plugin)
+        problems += _agent_problems(r)
         if not problems and available_cpus is not None:
             need = (r["num_env_runners"] * r["num_cpus_per_env_runner"] + r["num_engines"] * r["num_cpus_per_engine"]
                     + lr["num_learners"] * lr["num_cpus_per_learner"])
@@ -330,7 +330,7 @@ class RTIConfig:
         self._frozen = True
 
 
-def _agent_problems(r: dict, plugin) -> list[str]:
+def _agent_problems(r: dict) -> list[str]:
     """Agent mode: the function loads and the client is installed."""
     if r["agent"] is None:
         return []

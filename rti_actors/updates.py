@@ -49,15 +49,16 @@ class Updates:
         """Put the groups and let the learner pull them, as of weights ``version`` (default:
         the current one; a redone step pulls as of the version it first ran at, or the
         queue's lag bound would drop its groups as stale)."""
+        version = self.version if version is None else version
         incarnation = ray.get(self.queue.put.remote(samples, versions))
-        return incarnation, self.learner.pull_and_update(self.queue, len(samples),
-                                                        self.version if version is None else version,
+        return incarnation, self.learner.pull_and_update(self.queue, len(samples), version,
                                                         self.training["skip_zero_variance_groups"])
 
     def finish(self, update: tuple, samples: list, versions: list, version: int | None = None) -> dict:
         """The step's metrics. If the queue restarted (empty) between the put and the
         learner's get, or the learner died, the samples are put again and the step redone,
         on a learner rebuilt from the last checkpoint."""
+        version = self.version if version is None else version
         for _ in range(self.max_restarts + 1):
             incarnation, ref = update
             try:
@@ -69,7 +70,7 @@ class Updates:
             else:
                 if learn["queue_incarnation"] == incarnation:
                     self.learner_step = learn.get("step", self.learner_step)
-                    self.last_step = (self.learner_step, samples, versions, self.version if version is None else version)
+                    self.last_step = (self.learner_step, samples, versions, version)
                     return learn
                 log.warning("the replay queue restarted before the learner pulled; putting the groups again")
                 self.redone["queue_puts"] += 1
