@@ -8,6 +8,8 @@ for good, and sends each call to a live one:
 - ``call``: one call to any live member, on the next one when it died;
 - ``spread`` / ``send``: a list of items in shards, one per live member, a dead member's
   shard sent again, whole, to another live one; ``map``: one call per item, spread alike;
+- ``deal``: calls the caller has split itself (a batch that must stay whole), each on a live
+  member, a dead member's call sent again, unchanged, to another;
 - ``each``: the same call on every live member (publishing weights), the dead ones dropped.
 
 Results come back in item order, whichever member played them: episodes are seeded by their
@@ -181,10 +183,10 @@ class Members:
         into one shard per member (``per_item``: ``method(item, *args)`` per item, dealt
         alike); ``Sent.collect`` waits for them."""
         if per_item:
-            return self._deal(method, [([k], (item, *args)) for k, item in enumerate(items)], len(items), True)
+            return self.deal(method, [([k], (item, *args)) for k, item in enumerate(items)], len(items), True)
         n = len(self.live() or [self.pick()])  # pick raises NoneLeft
         shards = [list(range(len(items)))[j::n] for j in range(n)]
-        return self._deal(method, [(job, ([items[k] for k in job], *args)) for job in shards if job], len(items))
+        return self.deal(method, [(job, ([items[k] for k in job], *args)) for job in shards if job], len(items))
 
     def spread(self, method: str, items: list, *args) -> list:
         """``send`` and ``collect``: one result per item, in item order."""
@@ -194,8 +196,9 @@ class Members:
         """``method(item, *args)`` for every item, spread over the live members, in item order."""
         return self.send(method, items, *args, per_item=True).collect()
 
-    def _deal(self, method: str, jobs: list[tuple[list[int], tuple]], n_items: int, one_each: bool = False) -> Sent:
-        """Start every job (the items it covers, its call's arguments), job j on the j-th live member."""
+    def deal(self, method: str, jobs: list[tuple[list[int], tuple]], n_items: int, one_each: bool = False) -> Sent:
+        """Start every job (the items it covers, its call's arguments), job j on the j-th live
+        member; a job is sent again whole, never re-split, when its member dies."""
         live = self.live() or [self.pick()]
         sent = Sent(self, method, jobs, n_items, one_each)
         for j in range(len(jobs)):

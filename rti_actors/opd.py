@@ -21,8 +21,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-import ray
-
+from rti_actors.failover import Members, as_members
 from rti_actors.options import ConfigError
 from rti_actors.trajectory import Trajectory
 
@@ -114,30 +113,24 @@ def check_endpoint_tokenizer(client, student, teacher_text: str, policy_text: st
                           "token ids under the teacher: serve a teacher of the policy's model family")
 
 
-def _score_on(engines: list, requests: list[Request], temperature: float, parts: int) -> Callable[[], list[list[float]]]:
+def _score_on(engines: Members, requests: list[Request], temperature: float, parts: int) -> Callable[[], list[list[float]]]:
     """Start scoring ``requests`` in ``parts`` calls (every ``parts``-th request in one), spread
-    over engine actors, all at once; return a function that waits and gives the log-probs in
-    request order. Student and teacher split alike, so each side's engine scores the same
-    batches: an engine's numbers depend on what shares a batch (padding widths)."""
+    over live engine actors, all at once; return a function that waits and gives the log-probs
+    in request order. Student and teacher split alike, so each side's engine scores the same
+    batches: an engine's numbers depend on what shares a batch (padding widths). A batch whose
+    engine died for good is scored whole by another engine, so the split survives it."""
     parts = max(1, min(parts, len(requests)))
-    refs = [engines[i % len(engines)].score.remote([p for p, _ in requests[i::parts]],
-                                                   [c for _, c in requests[i::parts]], temperature)
+    jobs = [(list(range(len(requests)))[i::parts],
+             ([p for p, _ in requests[i::parts]], [c for _, c in requests[i::parts]], temperature))
             for i in range(parts)] if requests else []
-
-    def result() -> list[list[float]]:
-        out: list = [None] * len(requests)
-        for i, part in enumerate(ray.get(refs)):
-            out[i::parts] = part
-        return out
-
-    return result
+    return engines.deal("score", jobs, len(requests)).collect
 
 
 class EngineTeacher:
     """A teacher model on engine actors of its own (its folder's weights, never updated)."""
 
     def __init__(self, engines: list):
-        self.engines = engines
+        self.engines = as_members(engines, "teacher engine")
 
     def start(self, requests: list[Request], temperature: float, parts: int) -> Callable[[], list[list[float]]]:
         return _score_on(self.engines, requests, temperature, parts)
@@ -171,7 +164,7 @@ class Distiller:
     Stateless across iterations, so a restored run needs nothing saved for it."""
 
     def __init__(self, policy_engines: list, teacher, temperature: float, reward_weight: float, max_model_len: int):
-        self.engines, self.teacher = policy_engines, teacher
+        self.engines, self.teacher = as_members(policy_engines, "engine"), teacher
         self.temperature, self.reward_weight = temperature, reward_weight
         self.limit = max_model_len - 1
 

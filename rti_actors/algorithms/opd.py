@@ -7,6 +7,7 @@ from envs.openai_client import OpenAIChatClient
 from policies.models import BUILTIN_MODELS, context_length, load_model
 from rti_actors.algorithms.grpo import GRPO
 from rti_actors.build import await_started
+from rti_actors.failover import Members
 from rti_actors.opd import (
     Distiller,
     EndpointTeacher,
@@ -44,14 +45,15 @@ class OPD(GRPO):
 
     def start_actors(self, graph) -> dict[str, list]:
         p, teacher = self.config["policy"], self.teacher
+        tries = self.config["fault_tolerance"]["max_restarts"] + 1  # as the other engine calls: one per restart
         if isinstance(teacher, str):  # a model folder: an engine of its own
             engine = graph.extra_engines.get(teacher)
             await_started({f"engine for {teacher}": engine}, self.config["fault_tolerance"]["start_timeout_s"])
-            teacher = EngineTeacher([engine])
+            teacher = EngineTeacher(Members("teacher engine", [engine], max_tries=tries))
         # the KL's temperature, the same on both sides: the rollout's for a model teacher; an
         # endpoint's prompt log-probs are the model's own distribution (temperature 1)
         kl_temperature = EndpointTeacher.temperature if isinstance(teacher, EndpointTeacher) else p["temperature"]
-        self.distiller = Distiller(graph.engines, teacher, kl_temperature, self.config["opd"]["reward_weight"],
+        self.distiller = Distiller(Members("engine", graph.engines, max_tries=tries), teacher, kl_temperature, self.config["opd"]["reward_weight"],
                                    p["max_model_len"])
         return {}
 

@@ -2,9 +2,8 @@
 the learner's per-token advantages, the endpoint teacher on a loopback server, the config."""
 
 import json
-from types import SimpleNamespace
-
 import pytest
+import ray
 import torch
 
 import rti_actors.opd as opd
@@ -59,11 +58,13 @@ class _Engine:
     token's log-prob from ``table`` (token id -> log-prob) and records what it was asked."""
 
     def __init__(self, table):
-        self.calls = []
-        self.score = SimpleNamespace(remote=self._score)
-        self.table = table
+        self.calls, self.table, self.dead = [], table, False
 
-    def _score(self, prompts, completions, temperature):
+    def score(self, prompts, completions, temperature):
+        if self.dead:  # as a Ray call to an actor whose restarts are spent
+            err = ray.exceptions.ActorDiedError()
+            err.error_msg = "The actor died unexpectedly before finishing this task.\nkilled by ray.kill"
+            raise err
         self.calls.append((prompts, completions, temperature))
         return [[self.table[t] for t in c] for c in completions]
 
@@ -73,8 +74,7 @@ def _trajectory(ids, mask, reward, index):
                       token_weight=[1.0] * len(ids), reward=reward)
 
 
-def test_distiller_scores_both_models_on_the_same_ids_and_sets_token_advantages(monkeypatch):
-    monkeypatch.setattr(opd.ray, "get", lambda refs: refs)
+def test_distiller_scores_both_models_on_the_same_ids_and_sets_token_advantages():
     student_table = {i: -0.1 * i for i in range(20)}
     teacher_table = {i: -0.3 * i + 0.5 for i in range(20)}
     policy = [_Engine(student_table), _Engine(student_table)]
@@ -105,6 +105,28 @@ def test_distiller_scores_both_models_on_the_same_ids_and_sets_token_advantages(
     assert m["opd/scored_tokens"] == 7 and m["opd/unscored_tokens"] == 1
     assert m["opd/teacher_seconds"] >= 0 and m["opd/scoring_seconds"] >= m["opd/teacher_seconds"]
     assert learner_sample(a).token_advantages == a.token_advantages
+
+
+def test_a_batch_whose_engine_is_dead_for_good_is_scored_whole_by_another():
+    """Student and teacher must score the same batches: a policy engine dead for good moves
+    its batch, unsplit, to a live one, and the advantages are what an undisturbed run gives."""
+    table = {i: -0.1 * i for i in range(20)}
+    teacher_table = {i: -0.2 * i for i in range(20)}
+
+    def run(dead: bool):
+        policy, teacher = [_Engine(table), _Engine(table)], _Engine(teacher_table)
+        policy[1].dead = dead
+        trajs = [_trajectory(list(range(k, k + 6)), [0, 0, 1, 1, 0, 1], 1.0, k) for k in range(3)]
+        for t in trajs:
+            t.advantage = 0.0
+        Distiller(policy, opd.EngineTeacher([teacher]), 1.0, 0.0, 10).apply([trajs])
+        return [t.token_advantages for t in trajs], policy, teacher
+
+    undisturbed, _, _ = run(False)
+    advantages, policy, teacher = run(True)
+    assert advantages == undisturbed
+    assert policy[1].calls == [] and [c[:2] for c in policy[0].calls] == [c[:2] for c in teacher.calls]
+    assert len(teacher.calls) == 2  # the split stays one batch per policy engine
 
 
 def test_zero_token_advantages_make_a_group_that_is_not_trained():
