@@ -5,9 +5,12 @@ asks the model, runs the tool calls, sends the results back, and returns an answ
 task hands it what the environment knows: the opening messages, the tool schemas, a
 worked example, all in OpenAI's format, and ``call_tool``, which runs a tool *through the
 environment* (``ToolEnv.step`` with that one call), so the env records the calls its grader
-reads. ``finish(answer)`` gives the answer to the env as the final plain-text reply and
-returns the env's verdict. The env's own failures raise out of both, as they do out of
-``step``; a bad call is an ``Error: ...`` result the agent reads.
+reads. ``reply(text)`` sends a plain-text turn: where a simulated user talks with the agent
+(τ²-Bench) it returns the user's answer, to append as a user message; where none does, the
+text is the final answer. Either way ``done`` turns true once the env has ended the episode.
+``finish(answer)`` gives the env the agent's returned answer if the episode is still open
+and returns the env's verdict. The env's own failures raise out of all three, as they do out
+of ``step``; a bad call is an ``Error: ...`` result the agent reads.
 """
 
 from __future__ import annotations
@@ -55,29 +58,48 @@ class AgentTask:
         """The user's request (the last user message of the opening)."""
         return next((m["content"] for m in reversed(self.messages) if m["role"] == "user"), "")
 
+    @property
+    def done(self) -> bool:
+        """Whether the env has ended the episode (a final answer, the user's stop, a limit)."""
+        return self.outcome is not None
+
     async def call_tool(self, name: str, arguments: dict | str) -> str:
         """Run one tool call in the environment; its result's text (an ``Error: ...`` text for
-        a bad call, or once the episode is over). The env steps in a worker thread, so a slow
-        tool (a web request, a subprocess) holds up only this episode, not the others the
-        runner's event loop is playing."""
+        a bad call, or once the episode is over)."""
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments) if arguments.strip() else {}
+            except json.JSONDecodeError as e:
+                return f"Error: the arguments of {name} are not valid JSON: {e}"
+        new = await self._step({"content": "", "tool_calls": [{"name": name, "arguments": arguments}]})
+        return "Error: the episode is over; no more tool calls are run." if new is None else \
+            "\n".join(m.get("content") or "" for m in new)
+
+    async def reply(self, text: str) -> str:
+        """Send ``text`` to the env as a plain-text turn. With a simulated user, the user's
+        answer ("" when the user ended the conversation without a word, or after ``done``);
+        append it as ``{"role": "user", "content": ...}`` and ask the model again until
+        ``done``. Without one, the text is the final answer and the episode ends here."""
+        new = await self._step({"content": text, "tool_calls": []})
+        return "\n".join(m.get("content") or "" for m in new or [] if m.get("role") == "user")
+
+    async def _step(self, action: dict) -> list[dict] | None:
+        """One ``env.step`` in a worker thread, so a slow tool (a web request, a subprocess) or
+        a simulated user holds up only this episode, not the others the runner's event loop is
+        playing; the env's new messages, or None once the episode is over."""
         async with self._stepping:
             if self.outcome is not None:
-                return "Error: the episode is over; no more tool calls are run."
-            if isinstance(arguments, str):
-                try:
-                    arguments = json.loads(arguments) if arguments.strip() else {}
-                except json.JSONDecodeError as e:
-                    return f"Error: the arguments of {name} are not valid JSON: {e}"
-            action = {"content": "", "tool_calls": [{"name": name, "arguments": arguments}]}
+                return None
             new, reward, terminated, truncated, info = await asyncio.get_running_loop().run_in_executor(
                 self.executor, self.env.step, action)
             if terminated or truncated:
                 self._end(reward, terminated, truncated, info)
-        return "\n".join(m.get("content") or "" for m in new)
+        return new
 
     def finish(self, answer: str) -> Outcome:
-        """Give ``answer`` to the env as the final reply; the env's verdict. An env whose
-        episode does not end on a plain-text reply (a simulated user answers it) ends here
+        """The env's verdict; ``answer`` is given to it as the final reply first unless the
+        episode is over. An env whose episode does not end on a plain-text reply (a simulated
+        user answers it: the agent should have used ``reply`` until ``done``) ends here
         unscored, as a cut episode: reward 0, truncated."""
         if self.outcome is None:
             _, reward, terminated, truncated, info = self.env.step({"content": answer, "tool_calls": []})

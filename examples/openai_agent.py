@@ -47,19 +47,27 @@ async def agent(client, task) -> str:
 
 async def tool_loop(client, task, max_turns: int = 6) -> str:
     """A plain tool loop. ``task.call_tool`` runs the tool in the environment, so its grader
-    sees the calls; the worked example goes after the system prompt, where the start policy
-    was trained to see it."""
+    sees the calls; a text reply goes to the env with ``task.reply``: in an env with a
+    simulated user (τ²-Bench) the user answers and the loop goes on until the user ends the
+    conversation, elsewhere it is the final answer. The worked example goes after the system
+    prompt, where the start policy was trained to see it."""
     messages = task.messages[:1] + task.demonstration + task.messages[1:]
+    answer = ""
     for _ in range(max_turns):
         reply = await client.chat.completions.create(model="policy", messages=messages, tools=task.tools)
         message = reply.choices[0].message
         messages.append(message.model_dump(exclude_none=True))
         if not message.tool_calls:
-            return message.content or ""
+            answer = message.content or ""
+            said = await task.reply(answer)
+            if task.done:
+                return answer
+            messages.append({"role": "user", "content": said})
+            continue
         for call in message.tool_calls:
             result = await task.call_tool(call.function.name, call.function.arguments)
             messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
-    return ""
+    return answer
 
 
 def main(argv=None):

@@ -20,6 +20,8 @@ from rti_actors.agent_endpoint import Endpoint
 from rti_actors.env_runner import Continuation, EnvRunner, ReplayFailure, _agent_seed
 from rti_actors.groups import scored_groups
 from rti_actors.trajectory import EpisodeSpec
+from tests.unit.tau2_testdata import DATA_DIR, needs_data
+from tests.unit.test_tau2_env import gold_turns
 
 TOOLS = [{"type": "function", "function": {"name": "get_person", "description": "Read a record.",
                                            "parameters": {"type": "object", "properties": {"id": {"type": "string"}}}}}]
@@ -251,6 +253,74 @@ def test_a_slow_tool_holds_up_only_its_own_episode(tiny_model_path, tokenizer):
     task = r.task_ids("train")[0]
     trajs = r.sample([EpisodeSpec(task, i, seed=1) for i in range(2)], SAMPLING)
     assert [t.infra_error for t in trajs] == ["", ""] and all(t.num_turns == 2 for t in trajs)
+
+
+# ---- a simulated user answering the agent's text replies (τ²-Bench) ---------------------------
+class TurnEngines:
+    """Answers an episode's k-th request with ``turns[k]`` (k: the assistant turns the prompt
+    already holds after τ²'s greeting), so episodes played side by side each get their own."""
+
+    def __init__(self, tokenizer, turns: list[str]):
+        self.tok, self.turns, self.calls = tokenizer, turns, []
+
+    async def generate_async(self, prompts, sampling, seeds):
+        out = []
+        for prompt in prompts:
+            k = self.tok.decode(prompt).count("<|im_start|>assistant") - 2
+            ids = self.tok.encode(self.turns[k], add_special_tokens=False) + [self.tok.eos_token_id]
+            out.append(Generation(ids, [-0.1] * len(ids), "stop", 1))
+        self.calls.append(out)
+        return out
+
+
+def tau2_runner(model_path, engines):
+    return EnvRunner(envs.get_creator("Tau2Telecom-v0"), {"data_dir": str(DATA_DIR), "split": "base"}, 2,
+                     model_path, {"max_model_len": 65536}, engines, max_episode_retries=0,
+                     agent={"agent": tau2_agent, "on_prefix_break": "drop", "timeout_s": 60})
+
+
+async def tau2_agent(client, task):
+    return await example_loop(client, task, max_turns=20)
+
+
+@needs_data
+@pytest.mark.filterwarnings("ignore:τ² env uses the scripted user")
+def test_an_agent_talks_with_taus_simulated_user_until_it_ends_the_conversation(tiny_model_path, tokenizer):
+    """The example's loop on a τ² telecom task: its text turns go to the scripted user
+    (``task.reply``), whose answers come back as user messages, its own phone tools hidden;
+    the agent's tool call runs in the env. The gold turns score 1, the users' words are
+    context in the record, and a replay continued after a user's answer gives the episode
+    back token for token."""
+    probe = tau2_runner(tiny_model_path, None)
+    task = probe.task_ids("base")[6]
+    turns = gold_turns(probe.envs[0].unwrapped, task)
+    assert any(t.startswith("<tool_call>") for t in turns) and any("on your phone" in t for t in turns)
+    r = tau2_runner(tiny_model_path, TurnEngines(tokenizer, turns))
+    specs = [EpisodeSpec(task, i, seed=1, split="base") for i in range(2)]
+    trajs = r.sample(specs, SAMPLING)
+    for t in trajs:
+        assert not t.infra_error and not t.prefix_break, (t.infra_error, t.prefix_break)
+        assert (t.reward, t.terminated, t.info["termination_reason"]) == (1.0, True, "user_stop"), t.info
+        assert len(t.turn_spans) == len(turns) and t.actions == turns
+        roles = [m["role"] for m in t.messages]
+        # the opening (system, greeting, the user's request), then a user's answer after every
+        # text turn but the last (the user stopped), a tool result after the tool call
+        said = [i for i, a in enumerate(turns[:-1]) if not a.startswith("<tool_call>")]
+        assert roles.count("user") == 1 + len(said) and roles.count("tool") == len(turns) - 1 - len(said)
+        # only the sampled turns are trained; what the user said is context
+        assert [i for i, m in enumerate(t.loss_mask) if m] == [i for s, e in t.turn_spans for i in range(s, e)]
+    assert trajs[0].ids == trajs[1].ids
+
+    # RTI's replay through the conversation: continue at the turn after the first user answer,
+    # with that turn's own ids as the "fix": the agent is replayed to it and the rest sampled
+    t = trajs[0]
+    k = said[0] + 1
+    a, b = t.turn_spans[k]
+    fix = t.ids[a:b]
+    (c,) = r.continue_from([_continuation(t, k, fix, EpisodeSpec(task, 3, seed=1, round="0-0-rti", split="base"))],
+                           SAMPLING)
+    assert not isinstance(c, ReplayFailure), c
+    assert c.ids == t.ids and c.reward == 1.0 and c.intervened_step == k
 
 
 # ---- continuations by replay (RTI's fixes, AEPO's branches) --------------------------------------

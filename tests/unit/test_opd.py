@@ -2,6 +2,7 @@
 the learner's per-token advantages, the endpoint teacher on a loopback server, the config."""
 
 import json
+
 import pytest
 import ray
 import torch
