@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The whole test suite beside a busy machine: LOAD busy-looping processes (default: one per
+# core) at the tests' own priority, so every test's actors get about half the CPU they get
+# alone. A test that passes alone and fails here depends on timing. Arguments go to pytest.
+#   bash scripts/test_under_load.sh                 # everything, 2 busy processes on 2 cores
+#   LOAD=4 bash scripts/test_under_load.sh tests/integration/test_luffy.py
+set -euo pipefail
+cd "$(dirname "$0")/.."
+load=${LOAD:-$(nproc)}
+pids=()
+stop_load() { [ ${#pids[@]} -eq 0 ] || kill "${pids[@]}" 2>/dev/null || true; }
+trap stop_load EXIT
+for _ in $(seq "$load"); do
+    python3 -c "while True: pass" &
+    pids+=($!)
+done
+echo "test_under_load: $load busy processes (${pids[*]}) beside the suite" >&2
+bash scripts/test.sh "$@"
