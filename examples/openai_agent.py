@@ -15,6 +15,11 @@ How to run (from the repository root):
 With ``--algorithm rti`` the same loop trains with RTI: a failed episode's continuation is
 played by running the agent again, its first requests answered with the recorded turns and
 the corrected one (docs/OPENAI_AGENTS.md, "RTI and AEPO: continuing an episode by replay").
+RTI works on groups that fail entirely, which tier 1 rarely has; on tiers 2 and 3 most do:
+
+    python examples/openai_agent.py --algorithm rti --tiers 2,3 --iterations 1 --tasks-per-iteration 4 --group-size 4
+
+The loop also talks with simulated users (``task.reply``), as τ²-Bench's envs need.
 
 Results to expect (measured once on 2 CPU cores shared with a running benchmark; vLLM
 engine, the start policy of results/lookup-cpu/start): `--iterations 1
@@ -74,9 +79,13 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="start", help="'start' (the Lookup start policy), a built-in name or a folder")
     ap.add_argument("--algorithm", default="grpo")
+    ap.add_argument("--tiers", default="1", help="Lookup tiers to train on, comma-separated (2 and 3: most groups "
+                                                 "fail entirely, so RTI has groups to fix)")
     ap.add_argument("--iterations", type=int, default=6)
     ap.add_argument("--tasks-per-iteration", type=int, default=4)
     ap.add_argument("--group-size", type=int, default=8)
+    ap.add_argument("--roles", default="rules", help="RTI's roles: 'rules' (Lookup's rule roles), 'self', a model "
+                                                   "folder or an endpoint")
     ap.add_argument("--lr", type=float, default=2e-4)
     ap.add_argument("--on-prefix-break", default="drop", choices=["drop", "flag"])
     ap.add_argument("--run-dir", default="runs")
@@ -88,14 +97,16 @@ def main(argv=None):
     if model == "start":
         model = (start_policy(START_ADAPTER, Path(args.run_dir) / "lookup-start-policy") if START_ADAPTER.is_dir()
                  else "smollm2-135m-instruct")
-    tier1 = make_env("Lookup-v0", {"tiers": [1]}).unwrapped.task_ids("train")
+    tiers = [int(t) for t in args.tiers.split(",")]
+    train = make_env("Lookup-v0", {"tiers": tiers}).unwrapped.task_ids("train")
     algo = (RTIConfig()
-            .environment("Lookup-v0", env_config={"tiers": [1], "max_turns": 6})
+            .environment("Lookup-v0", env_config={"tiers": tiers, "max_turns": 6})
             .policy(model=model, engine="vllm", max_new_tokens=96, max_model_len=2048, temperature=1.0)
             .env_runners(num_env_runners=2, num_envs_per_env_runner=16, agent=agent,
                          on_prefix_break=args.on_prefix_break)
             .training(algorithm=args.algorithm, group_size=args.group_size, tasks_per_iteration=args.tasks_per_iteration,
-                      lr=args.lr, task_ids=tier1)
+                      lr=args.lr, task_ids=train)
+            .interventions(roles=args.roles)
             .learners(backend="torch", share_prefix=True, pack_sequences=True, lora={"r": 16})
             .reporting(run_name="openai-agent", run_dir=args.run_dir)
             .build())
