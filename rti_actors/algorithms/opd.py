@@ -53,8 +53,8 @@ class OPD(GRPO):
         # the KL's temperature, the same on both sides: the rollout's for a model teacher; an
         # endpoint's prompt log-probs are the model's own distribution (temperature 1)
         kl_temperature = EndpointTeacher.temperature if isinstance(teacher, EndpointTeacher) else p["temperature"]
-        self.distiller = Distiller(Members("engine", graph.engines, max_tries=tries), teacher, kl_temperature, self.config["opd"]["reward_weight"],
-                                   p["max_model_len"])
+        policy = Members("engine", graph.engines, max_tries=tries)
+        self.distiller = Distiller(policy, teacher, kl_temperature, self.config["opd"]["reward_weight"], p["max_model_len"])
         return {}
 
     def advantages(self, driver, groups: list) -> dict:
