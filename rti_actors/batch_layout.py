@@ -32,8 +32,9 @@ ATTENTION = "rti_segments"
 # A prefix shorter than this is not worth a pass of its own (its K/V kept alive, one more
 # backward): the samples of such a cluster run unshared.
 MIN_SHARED_TOKENS = 16
-# On CPU, queries behind a prefix longer than this many times their own length attend through
-# an explicit lower-right mask rather than the zero-padded causal kernel (``_sdpa``).
+# On CPU, queries behind a prefix at least this many times their own length attend through an
+# explicit lower-right mask rather than the zero-padded causal kernel (``_sdpa``); below it the
+# causal kernel's skipped blocks win (benchmarks/prefix_attention.py).
 MASKED_FROM = 1.0
 
 
@@ -218,7 +219,7 @@ def _sdpa(q, k, v, scaling):
     the mask top-left, so on a short prefix the queries are padded in front with zeros up to
     the key length and those rows cut off again: their outputs are never used, so they send
     no gradient, and the fast causal kernel runs. That kernel computes about (p + q)^2 / 2
-    scores for a prefix of p, the q rows need q * (p + q): once the prefix is longer than the
+    scores for a prefix of p, the q rows need q * (p + q): once the prefix is as long as the
     queries an explicit lower-right mask does less work, though a masked kernel skips no block.
     Grouped K/V heads are repeated here: the CPU kernel's own ``enable_gqa`` path is slower
     than the copy."""
@@ -227,7 +228,7 @@ def _sdpa(q, k, v, scaling):
     gqa = rep > 1 and q.is_cuda
     if rep > 1 and not gqa:
         k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-    if pad > MASKED_FROM * q_len and not q.is_cuda:
+    if pad >= MASKED_FROM * q_len and not q.is_cuda:
         mask = torch.ones(q_len, k.shape[2], dtype=torch.bool, device=q.device).tril(pad)
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scaling)
     if pad:
