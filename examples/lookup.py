@@ -169,10 +169,11 @@ def main(argv=None):
             print(f"policy exported to {algo.export_policy(args.export_policy)}")
     finally:
         algo.stop()
-    print(f"p@1 per tier on the {args.eval_split} split (sampled):")
-    print("policy".ljust(12) + "".join(f"tier {t}".rjust(9) for t in eval_tiers))
-    for label, by_tier in rows.items():
-        print(label.ljust(12) + "".join(f"{100 * by_tier[t]['pass@1']:9.1f}" for t in eval_tiers))
+    if eval_tiers:  # --eval-tiers "" trains only
+        print(f"p@1 per tier on the {args.eval_split} split (sampled):")
+        print("policy".ljust(12) + "".join(f"tier {t}".rjust(9) for t in eval_tiers))
+        for label, by_tier in rows.items():
+            print(label.ljust(12) + "".join(f"{100 * by_tier[t]['pass@1']:9.1f}" for t in eval_tiers))
     (Path(algo.run_dir) / "lookup.json").write_text(json.dumps(rows, indent=2, default=str) + "\n")
     print(f"run directory: {algo.run_dir}")
 
