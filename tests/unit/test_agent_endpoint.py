@@ -36,11 +36,13 @@ class ScriptedEngines:
     def __init__(self, tokenizer, answer: str = "The city is Lyon."):
         self.tok, self.answer, self.calls = tokenizer, answer, []
 
+    def text_for(self, prompt: list[int]) -> str:
+        return self.answer if "<tool_response>" in self.tok.decode(prompt) else CALL
+
     async def generate_async(self, prompts, sampling, seeds):
         out = []
         for prompt in prompts:
-            text = self.answer if "<tool_response>" in self.tok.decode(prompt) else CALL
-            ids = self.tok.encode(text, add_special_tokens=False) + [self.tok.eos_token_id]
+            ids = self.tok.encode(self.text_for(prompt), add_special_tokens=False) + [self.tok.eos_token_id]
             out.append(Generation(ids, [-0.01 * (k + 1) - len(self.calls) for k in range(len(ids))], "stop", 3))
         self.calls.append({"prompts": [list(p) for p in prompts], "sampling": sampling, "seeds": list(seeds),
                            "gens": out})
@@ -256,21 +258,16 @@ def test_a_slow_tool_holds_up_only_its_own_episode(tiny_model_path, tokenizer):
 
 
 # ---- a simulated user answering the agent's text replies (τ²-Bench) ---------------------------
-class TurnEngines:
+class TurnEngines(ScriptedEngines):
     """Answers an episode's k-th request with ``turns[k]`` (k: the assistant turns the prompt
     already holds after τ²'s greeting), so episodes played side by side each get their own."""
 
     def __init__(self, tokenizer, turns: list[str]):
-        self.tok, self.turns, self.calls = tokenizer, turns, []
+        super().__init__(tokenizer)
+        self.turns = turns
 
-    async def generate_async(self, prompts, sampling, seeds):
-        out = []
-        for prompt in prompts:
-            k = self.tok.decode(prompt).count("<|im_start|>assistant") - 2
-            ids = self.tok.encode(self.turns[k], add_special_tokens=False) + [self.tok.eos_token_id]
-            out.append(Generation(ids, [-0.1] * len(ids), "stop", 1))
-        self.calls.append(out)
-        return out
+    def text_for(self, prompt: list[int]) -> str:
+        return self.turns[self.tok.decode(prompt).count("<|im_start|>assistant") - 2]
 
 
 def tau2_runner(model_path, engines):

@@ -4,7 +4,6 @@ the learner's per-token advantages, the endpoint teacher on a loopback server, t
 import json
 
 import pytest
-import ray
 import torch
 
 import rti_actors.opd as opd
@@ -13,6 +12,7 @@ from rti_actors.opd import Distiller, ScoreSpan, score_span, token_advantages, t
 from rti_actors.options import ConfigError
 from rti_actors.trajectory import Trajectory, learner_sample
 from tests.fake_openai import serve
+from tests.unit.test_failover import _died as actor_died
 
 # a trajectory: prompt (3), a turn of 2 tokens + eos, a tool result (2), a turn of 1 token + eos
 MASK = [0, 0, 0, 1, 1, 1, 0, 0, 1, 1]
@@ -63,9 +63,7 @@ class _Engine:
 
     def score(self, prompts, completions, temperature):
         if self.dead:  # as a Ray call to an actor whose restarts are spent
-            err = ray.exceptions.ActorDiedError()
-            err.error_msg = "The actor died unexpectedly before finishing this task.\nkilled by ray.kill"
-            raise err
+            raise actor_died()
         self.calls.append((prompts, completions, temperature))
         return [[self.table[t] for t in c] for c in completions]
 
