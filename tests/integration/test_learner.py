@@ -183,7 +183,6 @@ before = rss(); release_host_memory(); print(before - rss())
 """
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="malloc_trim is glibc's")
 def test_a_comm_op_lock_left_by_a_killed_build_does_not_stop_the_next_learner(tmp_path):
     # A learner killed while DeepSpeed built its CPU comm op leaves torch's lock file behind;
     # torch's own loader then waits on it forever. A copy of the project's built op with such
@@ -191,18 +190,20 @@ def test_a_comm_op_lock_left_by_a_killed_build_does_not_stop_the_next_learner(tm
     from policies.models import cache_dir
     built = Path(os.environ.get("TORCH_EXTENSIONS_DIR", cache_dir() / "torch_extensions")) / "deepspeed_shm_comm"
     root = tmp_path / "torch_extensions"
+    op = root / built.name
     if built.is_dir():
-        shutil.copytree(built, root / built.name, ignore=shutil.ignore_patterns("lock"))
-    (root / "deepspeed_shm_comm").mkdir(parents=True, exist_ok=True)
-    (root / "deepspeed_shm_comm" / "lock").touch()
+        shutil.copytree(built, op, ignore=shutil.ignore_patterns("lock"))
+    op.mkdir(parents=True, exist_ok=True)
+    (op / "lock").touch()
     code = ("from rti_actors.learner import load_comm_op; load_comm_op()\n"
             "from deepspeed.comm.torch import build_shm_op; assert build_shm_op() is not None; print('loaded')")
     run = subprocess.run([sys.executable, "-c", code], env={**os.environ, "TORCH_EXTENSIONS_DIR": str(root)},
                          capture_output=True, text=True, timeout=900, cwd=Path(__file__).resolve().parents[2])
     assert run.returncode == 0 and "loaded" in run.stdout, run.stderr[-3000:]
-    assert not (root / "deepspeed_shm_comm" / "lock").exists()
+    assert not (op / "lock").exists()
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="malloc_trim is glibc's")
 def test_release_host_memory_returns_freed_heap_to_the_os():
     # a CPU learner calls this after every update: without it the freed activations of a
     # long-context step stay resident
