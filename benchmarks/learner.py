@@ -46,8 +46,10 @@ fp32 (the code before bf16 was the default) linear layers 46.5 s, attention 6.9,
 activations 5.2, vocabulary projection and log-softmax 1.7 (its backward matmuls count as
 linear layers there), optimizer 0.3; in bf16 linear layers 18.1, attention 7.2, vocabulary
 3.5 (the sliced function's backward counted here), norms 2.7, optimizer 0.1. With prefix
-sharing and packing the bf16 step is attention 9.8, linear 8.0, vocabulary 5.0: attention,
-which bf16 does not speed up on this CPU, is the next large item.
+sharing and packing the bf16 step was attention 9.8, linear 8.0, vocabulary 5.0 until
+queries behind a prefix longer than themselves took the masked attention path; then
+linear 8.8, attention 5.6, vocabulary 5.1, norms 2.1: the vocabulary's sliced log-softmax,
+whose backward recomputes the projection, is now as large as attention.
 """
 
 from __future__ import annotations
