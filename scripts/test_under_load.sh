@@ -20,5 +20,6 @@ for _ in $(seq "$load"); do
     pids+=($!)
 done
 export RAY_worker_niceness=0
+export PYTEST_ADDOPTS="--timeout=${HANG_S:-7200} ${PYTEST_ADDOPTS:-}"  # a --timeout among the arguments wins
 echo "test_under_load: $load busy processes (${pids[*]}) beside the suite" >&2
-bash scripts/test.sh --timeout="${HANG_S:-7200}" "${@:-tests}"
+bash scripts/test.sh "$@"
