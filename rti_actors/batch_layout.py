@@ -16,7 +16,8 @@ the loss:
   position ids restart at its own start.
 
 Without either option a row is a right-padded micro-batch: lines of one segment each,
-``lines x longest line <= budget``. ``plan`` is pure Python (tested on its own);
+``lines x longest line <= budget``. Both options default to "auto": an opening is shared
+where that saves a quarter of its group's positions, and those continuations are packed. ``plan`` is pure Python (tested on its own);
 ``segment_attention`` is the attention function that reads the layout, registered with
 transformers as ``ATTENTION`` so it serves any model that uses transformers' attention
 interface (Llama, Qwen2/3, Mistral without a sliding window, ...).
@@ -36,6 +37,12 @@ MIN_SHARED_TOKENS = 16
 # explicit lower-right mask rather than the zero-padded causal kernel (``_sdpa``); below it the
 # causal kernel's skipped blocks win (benchmarks/prefix_attention.py).
 MASKED_FROM = 1.0
+# share_prefix="auto" shares a cluster's opening only where that saves at least this share of
+# the cluster's positions. Where continuations run several times longer than the opening the
+# shared layout is the slower one (its queries attend past a long prefix in row-sized pieces,
+# and one more backward runs), while a GRPO group of short completions after a long prompt
+# gains most (benchmarks/learner.py).
+AUTO_SHARE_FROM = 0.25
 
 
 @dataclass(frozen=True)
@@ -162,20 +169,32 @@ def _packed_rows(segments: list[Segment], budget: int) -> list[Row]:
     return rows
 
 
-def plan(ids: list[list[int]], masks: list[list], budget: int, pack: bool = False, share: bool = False,
+def worth_sharing(length: int, lengths: list[int]) -> bool:
+    """share_prefix="auto": does running an opening of ``length`` once for samples of these
+    lengths save at least AUTO_SHARE_FROM of their positions?"""
+    return length * (len(lengths) - 1) >= AUTO_SHARE_FROM * sum(lengths)
+
+
+def plan(ids: list[list[int]], masks: list[list], budget: int, pack: bool | str = False, share: bool | str = False,
          min_shared: int = MIN_SHARED_TOKENS) -> Layout:
     """The layout of one step's samples (their token ids and loss masks) for a token budget
-    per row. Deterministic: both backends and a restored learner see the same rows."""
+    per row. Deterministic: both backends and a restored learner see the same rows.
+    ``share="auto"``: only the openings ``worth_sharing``; ``pack="auto"``: the rows of a
+    shared opening's continuations are packed, the other samples padded."""
     groups = shared_prefixes(ids, masks, min_shared) if share else [(0, list(range(len(ids))))]
-    rows_of = _packed_rows if pack else _padded_rows
+    if share == "auto":
+        groups = [(length if length and worth_sharing(length, [len(ids[i]) for i in members]) else 0, members)
+                  for length, members in groups]
     clusters, loose = [], []
     for length, members in groups:
         segments = [Segment(i, length, len(ids[i]) - length) for i in members]
         if length:
+            rows_of = _packed_rows if pack else _padded_rows  # "auto" packs here
             clusters.append(Cluster(list(ids[members[0]][:length]), rows_of(segments, budget)))
         else:
             loose += segments
     if loose:
+        rows_of = _packed_rows if pack is True else _padded_rows
         clusters.append(Cluster([], rows_of(loose, budget)))
     return Layout(clusters)
 

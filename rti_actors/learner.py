@@ -249,9 +249,13 @@ class Learner:
         # sliding-window model keeps transformers' SDPA (and the padded layout).
         hf_config = AutoConfig.from_pretrained(model_path)
         windowed = has_sliding_window(hf_config)
-        if windowed and (c["pack_sequences"] or c["share_prefix"]):
+        if windowed and (c["pack_sequences"] is True or c["share_prefix"] is True):
             raise ValueError(f"{model_path} attends within a sliding window, which packed rows and shared prefixes "
                              "do not support: set pack_sequences=False and share_prefix=False")
+        # what "auto" may use here: nothing on a windowed model; no shared prefix under ZeRO-3,
+        # whose per-layer gather does not reach a prefix's late backward
+        self.layout = {"pack": False if windowed else c["pack_sequences"],
+                       "share": False if windowed or c["zero_stage"] == 3 else c["share_prefix"]}
         model = AutoModelForCausalLM.from_pretrained(model_path, dtype=load_dtype,
                                                      attn_implementation="sdpa" if windowed else register())
         if c["gradient_checkpointing"]:
@@ -449,7 +453,7 @@ class Learner:
             raise ValueError(f"unknown objective {objective!r}; this learner trains {c['algorithm']!r} or 'sft' "
                              "(the warm start's cross-entropy)")
         layout = plan([s.ids for s in samples], [s.loss_mask for s in samples], c["micro_batch_tokens"],
-                      pack=c["pack_sequences"], share=c["share_prefix"])
+                      **self.layout)
         tokens = sum(sum(1 for m in s.loss_mask if m) for s in samples)
         seqs = sum(1 for s in samples if any(s.loss_mask))
         tokens, seqs, n_samples = self._all_reduce([float(tokens), float(seqs), float(len(samples))])

@@ -239,8 +239,14 @@ class Learners:
     offload: str = option("none", _one_of(*OFFLOADS), "ZeRO-Offload to host memory; params only under ZeRO-3",
                           layout=True)
     custom_resources_per_learner: dict = option({}, None, "Ray custom resources for each rank", layout=True)
-    pack_sequences: bool = option(False, BOOL, "micro-batches are rows of samples laid end to end (no padding)")
-    share_prefix: bool = option(False, BOOL, "a group's common opening is run once, its continuations against it")
+    # Both change the layout, never the loss (rti_actors/batch_layout.py), so a restore may change them.
+    pack_sequences: Any = option("auto", _one_of("auto", True, False),
+                                 "micro-batches are rows of samples laid end to end (no padding); 'auto': the "
+                                 "continuations of a shared prefix are, other samples are padded", layout=True)
+    share_prefix: Any = option("auto", _one_of("auto", True, False),
+                               "a group's common opening is run once, its continuations against it; 'auto': "
+                               "where that saves a quarter of the group's positions, on models and ZeRO stages "
+                               "that allow it", layout=True)
     lora: Any = option(None, None, "None (full fine-tune) or {'r', 'alpha', 'target_modules', 'dropout'} "
                        "(rti_actors/lora.py)")
 

@@ -87,8 +87,11 @@ def test_no_common_opening_runs_unshared():
     assert layout.stats([53, 53])["unshared_samples"] == 2
 
 
-LAYOUTS = {"padded": {}, "packed": {"pack_sequences": True}, "shared": {"share_prefix": True},
-           "shared+packed": {"pack_sequences": True, "share_prefix": True}}
+LAYOUTS = {"padded": {"pack_sequences": False, "share_prefix": False},
+           "packed": {"pack_sequences": True, "share_prefix": False},
+           "shared": {"pack_sequences": False, "share_prefix": True},
+           "shared+packed": {"pack_sequences": True, "share_prefix": True},
+           "auto": {}}  # the default: this group's opening is worth sharing, the unrelated sample is padded
 
 
 def one_step(path: str, samples: list[dict], algorithm: str, layout: dict, backend: str = "torch",
@@ -113,14 +116,14 @@ def assert_same_step(a: tuple[dict, dict], b: tuple[dict, dict], rtol: float = 1
 
 
 @pytest.mark.parametrize("algorithm", ["grpo", "gspo"])
-@pytest.mark.parametrize("layout", ["packed", "shared", "shared+packed"])
+@pytest.mark.parametrize("layout", ["packed", "shared", "shared+packed", "auto"])
 def test_layouts_give_the_padded_step(tiny_model_path, algorithm, layout):
     samples = group_batch()
     base = one_step(tiny_model_path, samples, algorithm, LAYOUTS["padded"])
     other = one_step(tiny_model_path, samples, algorithm, LAYOUTS[layout])
     assert_same_step(base, other)
     m = other[0]
-    if "shared" in layout:
+    if "shared" in layout or layout == "auto":
         assert m["prefix_clusters"] == 1 and m["unshared_samples"] == 1
     if "packed" in layout:
         assert m["padding_frac"] == 0.0
@@ -172,7 +175,9 @@ def test_sliding_window_models_keep_transformers_attention_and_refuse_the_layout
     for f in Path(tiny_model_path).iterdir():
         if f.name != "config.json":
             (tmp_path / f.name).symlink_to(f)
-    assert Learner(str(tmp_path), {"backend": "torch"}).module.config._attn_implementation == "sdpa"
+    learner = Learner(str(tmp_path), {"backend": "torch"})  # the layouts' "auto" defaults step aside
+    assert learner.module.config._attn_implementation == "sdpa"
+    assert learner.layout == {"pack": False, "share": False}
     with pytest.raises(ValueError, match="sliding window"):
         Learner(str(tmp_path), {"backend": "torch", "share_prefix": True})
 
@@ -189,3 +194,5 @@ def test_layouts_are_exact_under_zero(tiny_model_path, zero_stage, layout):
 def test_shared_prefix_is_refused_under_zero3(tiny_model_path):
     with pytest.raises(ValueError, match="zero_stage"):
         Learner(tiny_model_path, {"dtype": "float32", "backend": "deepspeed", "zero_stage": 3, "share_prefix": True})
+    learner = Learner(tiny_model_path, {"dtype": "float32", "backend": "deepspeed", "zero_stage": 3})
+    assert learner.layout == {"pack": "auto", "share": False}  # "auto" shares nothing under ZeRO-3

@@ -140,7 +140,8 @@ def _cfg(**learners):
     ({"offload": "optimizer", "zero_stage": 2, "backend": "torch"}, "needs backend='deepspeed'"),
     ({"offload": "optimizer+params", "zero_stage": 2}, r"needs zero_stage=3 .* use offload='optimizer'"),
     ({"share_prefix": True, "zero_stage": 3}, r"share_prefix=True\) needs zero_stage <= 2"),
-    ({"pack_sequences": 1}, r"pack_sequences=1\) must be True or False"),
+    ({"pack_sequences": 1}, r"pack_sequences=1\): choose one of \['auto', True, False\]"),
+    ({"share_prefix": "yes"}, r"share_prefix='yes'\): choose one of \['auto', True, False\]"),
 ])
 def test_bad_learner_group_configs_say_what_to_change(learners, needle):
     with pytest.raises(ConfigError, match=needle):

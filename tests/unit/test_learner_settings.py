@@ -28,7 +28,7 @@ def test_learner_settings_map_the_config():
                  "gspo_clip_eps": (2e-4, 2e-4),  # a float is a symmetric clip
                  "temperature": 0.6, "zero_stage": 2, "micro_batch_tokens": 1024, "grad_clip": 1.0, "seed": 7,
                  "backend": "torch", "dtype": "float32", "gradient_checkpointing": False, "offload": "none",
-                 "pack_sequences": False, "share_prefix": True, "lora": {"r": 4}, "luffy_gamma": 0.1,
+                 "pack_sequences": "auto", "share_prefix": True, "lora": {"r": 4}, "luffy_gamma": 0.1,
                  "aepo_advantage_weight": 0.2, "aepo_entropy_clip": True}
     # the learner's defaults are the config's, plus process-level keys only
     assert {k: DEFAULTS[k] for k in KEYS} == learner_settings(RTIConfig())
