@@ -47,6 +47,8 @@ from rti_actors.metrics import format_table  # noqa: E402
 from rti_actors.reporting import progress_line, sft_line  # noqa: E402
 from rti_actors.resume import add_resume_args, build_resumable, evaluate_once  # noqa: E402
 
+LAYOUT = {"auto": "auto", "on": True, "off": False}  # --share-prefix / --pack-sequences
+
 
 def env_config(args) -> dict:
     return {"language": args.language, "max_turns": args.max_turns, "page_size": args.page_size,
@@ -64,7 +66,7 @@ def build_config(args) -> RTIConfig:
                       tasks_per_iteration=args.tasks_per_iteration, lr=args.lr)
             .learners(backend=args.learner_backend, zero_stage=args.zero_stage,
                       num_gpus_per_learner=1 if args.gpu else 0, dtype="bfloat16" if args.gpu else args.learner_dtype,
-                      share_prefix=args.share_prefix, pack_sequences=args.pack_sequences,
+                      share_prefix=LAYOUT[args.share_prefix], pack_sequences=LAYOUT[args.pack_sequences],
                       lora={"r": args.lora_rank} if args.lora_rank else None)
             # LUFFY (--algorithm luffy): the env's oracle is the teacher; it needs more turns than
             # the policy gets (11 to 23), as the warm start's demonstrations do. OPD (--algorithm
@@ -95,9 +97,11 @@ def main(argv=None):
     ap.add_argument("--num-engines", type=int, default=1)
     ap.add_argument("--zero-stage", type=int, default=0)
     ap.add_argument("--learner-backend", default="deepspeed", choices=["deepspeed", "torch"])
-    ap.add_argument("--share-prefix", action="store_true",
-                    help="the learner runs a group's common opening once (exact; docs/ARCHITECTURE.md)")
-    ap.add_argument("--pack-sequences", action="store_true", help="the learner packs samples end to end (exact)")
+    ap.add_argument("--share-prefix", nargs="?", choices=sorted(LAYOUT), default="auto", const="on",
+                    help="the learner runs a group's common opening once (exact; docs/ARCHITECTURE.md); "
+                         "auto: where that saves a quarter of the group's positions")
+    ap.add_argument("--pack-sequences", nargs="?", choices=sorted(LAYOUT), default="auto", const="on",
+                    help="the learner packs samples end to end (exact); auto: a shared opening's continuations")
     ap.add_argument("--lora-rank", type=int, default=0, metavar="R",
                     help="train rank-R LoRA adapters instead of every weight (0: full fine-tune)")
     ap.add_argument("--learner-dtype", default=None, choices=["float32", "bfloat16"],
