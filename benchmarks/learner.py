@@ -16,8 +16,9 @@ Workloads:
 Configurations (each with every ``--backends`` x ``--dtypes``): ``sdpa`` is the padded full
 fine-tune on transformers' own SDPA attention (the learner before its attention function);
 ``full`` is the padded full fine-tune; ``prefix`` adds learners(share_prefix=True); ``packed`` adds
-learners(pack_sequences=True); ``auto`` is the learner's default (each group's opening shared and
-its continuations packed where that saves a quarter of the group's positions, the rest padded);
+learners(pack_sequences=True); ``default`` sets no layout option, so each tree runs its learner's
+own default (today: each group's opening shared and its continuations packed where that saves a
+quarter of the group's positions, the rest padded; in f791ef2, padded rows);
 ``lora`` trains rank-16 adapters on every linear layer.
 
 Each configuration runs in its own subprocess (its peak memory is its own) for one warm-up
@@ -72,7 +73,7 @@ sys.path.insert(0, str(REPO))
 OFF = {"share_prefix": False, "pack_sequences": False}
 LAYOUTS = {"full": OFF, "prefix": {**OFF, "share_prefix": True}, "packed": {**OFF, "pack_sequences": True},
            "prefix+packed": {"share_prefix": True, "pack_sequences": True},
-           "auto": {"share_prefix": "auto", "pack_sequences": "auto"}}
+           "default": {}}
 LORA = {"r": 16, "alpha": 32, "dropout": 0.0}
 BACKENDS = {"deepspeed": {"backend": "deepspeed", "zero_stage": 0}, "torch": {"backend": "torch"}}
 
@@ -252,7 +253,8 @@ def run_one(name: str, backend: str, dtype: str, args) -> dict:
     profile = profile_step(learner, batch) if args.profile else None
     seconds = sum(m["seconds"] for m in metrics) / len(metrics)
     layout = plan([s["ids"] for s in batch], [s["loss_mask"] for s in batch], config["micro_batch_tokens"],
-                  **getattr(learner, "layout", {"pack": config["pack_sequences"], "share": config["share_prefix"]}))
+                  **getattr(learner, "layout", {"pack": learner.config["pack_sequences"],
+                                                "share": learner.config["share_prefix"]}))
     flops = step_flops(hf_config, layout, batch, "lora" in config)
     # the better of a matmul before and after the steps: a busy moment only lowers a reading
     peak = max(peak, matmul_flops(getattr(torch, dtype), torch.get_num_threads()))

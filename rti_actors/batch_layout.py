@@ -17,7 +17,8 @@ the loss:
 
 Without either option a row is a right-padded micro-batch: lines of one segment each,
 ``lines x longest line <= budget``. Both options default to "auto": an opening is shared
-where that saves a quarter of its group's positions, and those continuations are packed. ``plan`` is pure Python (tested on its own);
+where that saves a quarter of its group's positions, and those continuations are packed.
+``plan`` is pure Python (tested on its own);
 ``segment_attention`` is the attention function that reads the layout, registered with
 transformers as ``ATTENTION`` so it serves any model that uses transformers' attention
 interface (Llama, Qwen2/3, Mistral without a sliding window, ...).
