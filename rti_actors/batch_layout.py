@@ -186,17 +186,17 @@ def plan(ids: list[list[int]], masks: list[list], budget: int, pack: bool | str 
     if share == "auto":
         groups = [(length if length and worth_sharing(length, [len(ids[i]) for i in members]) else 0, members)
                   for length, members in groups]
+    shared_rows = _packed_rows if pack else _padded_rows  # "auto" packs a shared opening's continuations
+    loose_rows = _packed_rows if pack is True else _padded_rows
     clusters, loose = [], []
     for length, members in groups:
         segments = [Segment(i, length, len(ids[i]) - length) for i in members]
         if length:
-            rows_of = _packed_rows if pack else _padded_rows  # "auto" packs here
-            clusters.append(Cluster(list(ids[members[0]][:length]), rows_of(segments, budget)))
+            clusters.append(Cluster(list(ids[members[0]][:length]), shared_rows(segments, budget)))
         else:
             loose += segments
     if loose:
-        rows_of = _packed_rows if pack is True else _padded_rows
-        clusters.append(Cluster([], rows_of(loose, budget)))
+        clusters.append(Cluster([], loose_rows(loose, budget)))
     return Layout(clusters)
 
 
